@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: MIT
+// The portable CPU backend "cpu-scalar": plain C11, any CPU, OpenMP threads
+// when the compiler has them. It supports the whole fa_attention and is the
+// model every faster backend is checked against.
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu_internal.h"
+#include "error.h"
+
+#define FA_CPU_MAX_HEAD_DIM 512
+
+int fa_cpu_threads(const fa_cpu_state *st) {
+  if (st && st->threads > 0) return st->threads;
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+void *fa_cpu_workspace(fa_cpu_state *st, size_t bytes) {
+  if (bytes <= st->workspace_bytes) return st->workspace;
+  free(st->workspace);
+  st->workspace = NULL;
+  st->workspace_bytes = 0;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void *w = rounded >= bytes ? aligned_alloc(64, rounded) : NULL;
+  if (!w) {
+    fa_fail(FA_ERR_OUT_OF_MEMORY, "CPU workspace of %zu bytes: out of memory",
+            bytes);
+    return NULL;
+  }
+  st->workspace = w;
+  st->workspace_bytes = rounded;
+  return w;
+}
+
+static int scalar_probe(char *why, size_t len) { return 1; }
+
+static fa_status cpu_context_create(int device, void **state) {
+  fa_cpu_state *st = calloc(1, sizeof *st);
+  if (!st) return fa_fail(FA_ERR_OUT_OF_MEMORY, "CPU context: out of memory");
+  *state = st;
+  return FA_OK;
+}
+
+static void cpu_context_destroy(void *state) {
+  fa_cpu_state *st = state;
+  if (!st) return;
+  free(st->workspace);
+  free(st);
+}
+
+static fa_status cpu_set_threads(void *state, int n) {
+  ((fa_cpu_state *)state)->threads = n;
+  return FA_OK;
+}
+
+/* The planner sizes tiles to the per-core L2 (the K/V tile is re-read for
+   every row of the Q tile; L1 is too small for fp32 tiles of d = 128). */
+static size_t l2_bytes(void) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (v > 64 * 1024) return (size_t)v;
+#endif
+  return 512 * 1024;
+}
+
+static void scalar_capabilities(void *state, fa_caps *caps) {
+  caps->fast_mem_bytes = l2_bytes() / 2; // leave half for streaming K/V rows
+  caps->num_workers = fa_cpu_threads(state);
+  caps->tile_align = 1;
+  caps->max_block_q = 64;
+  caps->max_block_k = 128;
+  caps->max_splits = 64;
+}
+
+static int scalar_supports(const fa_problem *p, char *why, size_t len) {
+  if (p->a.head_dim > FA_CPU_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim %d > %d", p->a.head_dim, FA_CPU_MAX_HEAD_DIM);
+    return 0;
+  }
+  if (p->a.head_dim_v > FA_CPU_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
+             FA_CPU_MAX_HEAD_DIM);
+    return 0;
+  }
+  return 1;
+}
+
+static const fa_kernel scalar_kernels[] = {
+    {.name = "cpu.scalar",
+     .supports = scalar_supports,
+     .forward = fa_cpu_scalar_forward,
+     .backward = fa_cpu_scalar_backward},
+};
+
+const fa_backend fa_backend_cpu_scalar = {
+    .api_version = FA_BACKEND_API_VERSION,
+    .name = "cpu-scalar",
+    .kind = FA_BACKEND_CPU,
+    .rank = 10,
+    .memory_space = FA_MEMORY_HOST,
+    .probe = scalar_probe,
+    .context_create = cpu_context_create,
+    .context_destroy = cpu_context_destroy,
+    .capabilities = scalar_capabilities,
+    .set_threads = cpu_set_threads,
+    .set_stream = NULL,
+    .mem_alloc = fa_host_mem_alloc,
+    .mem_free = fa_host_mem_free,
+    .copy_to_device = fa_host_copy,
+    .copy_to_host = fa_host_copy,
+    .synchronize = fa_host_synchronize,
+    .merge_states = fa_host_merge_states,
+    .kernels = scalar_kernels,
+    .num_kernels = 1,
+};

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// Shared pieces of the CPU backends: per-context state (threads, scratch)
+// and tile loaders that widen any storage type to fp32 working tiles.
+#ifndef FA_CPU_INTERNAL_H
+#define FA_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <string.h>
+
+#include "backend.h"
+#include "dtype.h"
+
+typedef struct fa_cpu_state {
+  int threads;      // 0: OpenMP default
+  void *workspace;  // grown on demand, reused across calls
+  size_t workspace_bytes;
+} fa_cpu_state;
+
+/* Threads a call may use. */
+int fa_cpu_threads(const fa_cpu_state *st);
+
+/* Scratch of at least bytes, 64-byte aligned, owned by the context. Valid
+   until the next call on the same context. NULL (with the error recorded)
+   if it cannot be allocated. */
+void *fa_cpu_workspace(fa_cpu_state *st, size_t bytes);
+
+/* Load rows [row0, row0+n) of a q-like tensor (q, o, do) for (b, h) into
+   dst[n][ld] as fp32; dims [dim, ld) are zeroed so padded dot products are
+   exact. */
+static inline void fa_cpu_load_q_rows(float *dst, int ld, const fa_problem *p,
+                                      const fa_tensor *t, int b, int h,
+                                      int row0, int n, int dim) {
+  for (int r = 0; r < n; r++) {
+    float *d = dst + (size_t)r * ld;
+    fa_load_row(d, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h), dim);
+    if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
+  }
+}
+
+/* Same for key rows [row0, row0+n) of k-like tensors, through the block
+   table when paged. Only rows below the sequence's length may be asked. */
+static inline void fa_cpu_load_k_rows(float *dst, int ld, const fa_problem *p,
+                                      const fa_tensor *t, int b, int h,
+                                      int row0, int n, int dim) {
+  for (int r = 0; r < n; r++) {
+    float *d = dst + (size_t)r * ld;
+    fa_load_row(d, t->data, t->dtype, fa_k_offset(p, t, b, row0 + r, h), dim);
+    if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
+  }
+}
+
+/* Scores of one tile: s[r][c] = final score of query row0+r against key
+   col0+c (scale, softcap, ALiBi), -INFINITY where masked. q is [nr][ld_q],
+   k is [nc][ld_q]; rows/cols beyond nr/nc are not touched. When grad is
+   not NULL it receives d(score)/d(q.k): the scale, times 1 - tanh^2 under
+   softcap (backward's chain rule). */
+void fa_cpu_scores(const fa_problem *p, int h, int sq, int sk, int row0,
+                   int nr, int col0, int nc, const float *q, const float *k,
+                   int ld_q, float *s, float *grad, int ld_s);
+
+fa_status fa_cpu_scalar_forward(void *state, const fa_problem *p,
+                                const fa_plan_data *plan,
+                                const fa_fwd_args *args);
+fa_status fa_cpu_scalar_backward(void *state, const fa_problem *p,
+                                 const fa_plan_data *plan,
+                                 const fa_bwd_args *args);
+
+#endif

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// Scalar conversions between storage types and fp32. Portable C11 bit
+// manipulation (no _Float16), round-to-nearest-even on the way down, so that
+// every backend and the tests agree on the exact bits of a conversion.
+#ifndef FA_CORE_DTYPE_H
+#define FA_CORE_DTYPE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "flashattn.h"
+
+static inline uint32_t fa_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float fa_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline float fa_bf16_to_f32(uint16_t h) {
+  return fa_bits_f32((uint32_t)h << 16);
+}
+
+static inline uint16_t fa_f32_to_bf16(float f) {
+  uint32_t u = fa_f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static inline float fa_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) return fa_bits_f32(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    // Subnormal (or zero): value = man * 2^-24, exact in fp32.
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return fa_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+static inline uint16_t fa_f32_to_f16(float f) {
+  uint32_t u = fa_f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); // NaN stays NaN
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // rounds to inf
+  if (a < 0x38800000u) {
+    // Result is subnormal or zero: round a * 2^24 to an integer (RNE).
+    if (a < 0x33000000u) return sign; // below half the smallest subnormal
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e; // 14 ..< 24 + 1
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u); // RNE on the 13 dropped bits
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+static inline size_t fa_dtype_size(fa_dtype t) { return t == FA_F32 ? 4 : 2; }
+
+static inline const char *fa_dtype_name(fa_dtype t) {
+  return t == FA_F32 ? "f32" : t == FA_F16 ? "f16" : t == FA_BF16 ? "bf16" : "?";
+}
+
+/* Element idx of a buffer of type t, widened to fp32. */
+static inline float fa_load(const void *base, fa_dtype t, int64_t idx) {
+  if (t == FA_F32) return ((const float *)base)[idx];
+  uint16_t h = ((const uint16_t *)base)[idx];
+  return t == FA_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
+}
+
+static inline void fa_store(void *base, fa_dtype t, int64_t idx, float x) {
+  if (t == FA_F32)
+    ((float *)base)[idx] = x;
+  else
+    ((uint16_t *)base)[idx] = t == FA_F16 ? fa_f32_to_f16(x) : fa_f32_to_bf16(x);
+}
+
+/* n contiguous elements starting at idx, widened to fp32 into dst. */
+static inline void fa_load_row(float *dst, const void *base, fa_dtype t,
+                               int64_t idx, int n) {
+  if (t == FA_F32) {
+    memcpy(dst, (const float *)base + idx, (size_t)n * 4);
+  } else if (t == FA_BF16) {
+    const uint16_t *s = (const uint16_t *)base + idx;
+    for (int i = 0; i < n; i++) dst[i] = fa_bf16_to_f32(s[i]);
+  } else {
+    const uint16_t *s = (const uint16_t *)base + idx;
+    for (int i = 0; i < n; i++) dst[i] = fa_f16_to_f32(s[i]);
+  }
+}
+
+static inline void fa_store_row(void *base, fa_dtype t, int64_t idx,
+                                const float *src, int n) {
+  if (t == FA_F32) {
+    memcpy((float *)base + idx, src, (size_t)n * 4);
+  } else {
+    uint16_t *d = (uint16_t *)base + idx;
+    if (t == FA_BF16)
+      for (int i = 0; i < n; i++) d[i] = fa_f32_to_bf16(src[i]);
+    else
+      for (int i = 0; i < n; i++) d[i] = fa_f32_to_f16(src[i]);
+  }
+}
+
+#endif

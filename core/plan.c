@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+// The tiling plan. Tile sizes come from the fast memory a worker has; block
+// skipping from the mask geometry; kv splits from how many workers the
+// problem would otherwise leave idle.
+#include "plan.h"
+
+#include <stdio.h>
+
+static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/* Largest power-of-two multiple of align that is <= limit (>= align). */
+static int pow2_tile(int align, int64_t limit) {
+  int t = align;
+  while ((int64_t)t * 2 <= limit) t *= 2;
+  return t;
+}
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
+                     fa_plan_data *out) {
+  const fa_attention *a = &p->a;
+  int align = caps->tile_align > 0 ? caps->tile_align : 1;
+  int dpad = round_up(a->head_dim, align), dvpad = round_up(a->head_dim_v, align);
+  int64_t mem = (int64_t)caps->fast_mem_bytes;
+
+  // B_c: the K and V tiles (fp32 working copies) take half the fast memory,
+  // leaving the rest for Q, S and the O accumulator.
+  int64_t kv_row = (int64_t)(dpad + dvpad) * 4;
+  int bk = pow2_tile(align, mem / 2 / kv_row);
+  if (bk > caps->max_block_k) bk = pow2_tile(align, caps->max_block_k);
+  if (bk > round_up(a->seqlen_k, align))
+    bk = pow2_tile(align, round_up(a->seqlen_k, align));
+  // B_r: Q tile + O accumulator + S row block fill what B_c left.
+  int64_t q_row = (int64_t)(dpad + dvpad + bk) * 4;
+  int64_t left = mem - (int64_t)bk * kv_row;
+  int bq = pow2_tile(align, left / q_row);
+  if (bq > caps->max_block_q) bq = pow2_tile(align, caps->max_block_q);
+  if (bq > round_up(a->seqlen_q, align))
+    bq = pow2_tile(align, round_up(a->seqlen_q, align));
+
+  out->block_q = bq;
+  out->block_k = bk;
+  out->head_dim_pad = dpad;
+  out->head_dim_v_pad = dvpad;
+  out->num_q_blocks = ceil_div(a->seqlen_q, bq);
+  out->num_k_blocks = ceil_div(a->seqlen_k, bk);
+
+  // Split-KV only when the (batch, head, q block) items cannot keep every
+  // worker busy: aim for two items per worker, each split keeping at least
+  // two kv blocks so the merge stays cheap next to the work it saves.
+  int64_t base = (int64_t)a->batch * a->heads_q * out->num_q_blocks;
+  int splits = 1;
+  int max_splits = caps->max_splits > 1 ? caps->max_splits : 1;
+  if (base < caps->num_workers && max_splits > 1) {
+    int64_t want = (2 * (int64_t)caps->num_workers + base - 1) / base;
+    int64_t most = out->num_k_blocks / 2;
+    if (want > most) want = most;
+    if (want > max_splits) want = max_splits;
+    if (want > 1) splits = (int)want;
+  }
+  out->num_splits = splits;
+  out->num_work = base * splits;
+
+  out->blocks_total = base * out->num_k_blocks;
+  int64_t visited = 0;
+  for (int qb = 0; qb < out->num_q_blocks; qb++) {
+    int kb0, kb1;
+    fa_plan_kv_blocks(p, out, a->seqlen_q, a->seqlen_k, qb, &kb0, &kb1);
+    if (kb1 > kb0) visited += kb1 - kb0;
+  }
+  out->blocks_visited = visited * a->batch * a->heads_q;
+}
+
+void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
+                       int sk, int qb, int *kb_begin, int *kb_end) {
+  int r0 = qb * plan->block_q;
+  int r1 = r0 + plan->block_q < sq ? r0 + plan->block_q : sq;
+  *kb_begin = *kb_end = 0;
+  if (r0 >= r1 || sk <= 0) return;
+  // Both window edges move right by one key per row, so the keys the rows
+  // of a block see form one interval: first row's lower edge to the last
+  // row's upper edge (rows clipped empty lie only at the block's ends).
+  int lo, hi_first, lo_last, hi;
+  fa_visible_keys(p, r0, sq, sk, &lo, &hi_first);
+  fa_visible_keys(p, r1 - 1, sq, sk, &lo_last, &hi);
+  if (hi <= lo) return;
+  *kb_begin = lo / plan->block_k;
+  *kb_end = (hi + plan->block_k - 1) / plan->block_k;
+}
+
+void fa_plan_split_range(int begin, int end, int num_splits, int split,
+                         int *s_begin, int *s_end) {
+  int n = end > begin ? end - begin : 0;
+  int base = n / num_splits, extra = n % num_splits;
+  // The first `extra` splits take one block more.
+  int start = begin + split * base + (split < extra ? split : extra);
+  *s_begin = start;
+  *s_end = start + base + (split < extra ? 1 : 0);
+}
+
+void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,
+                       int64_t w, int *b, int *h, int *qb, int *split) {
+  int64_t bh_count = (int64_t)p->a.batch * p->a.heads_q;
+  *split = (int)(w % plan->num_splits);
+  int64_t r = w / plan->num_splits;
+  int64_t bh = r % bh_count;
+  int qi = (int)(r / bh_count);
+  // Causal (and left-unbounded windows): later q blocks see more keys, so
+  // hand them out first and let the short ones fill the gaps at the end.
+  int grows = p->a.window_left < 0 && p->a.window_right >= 0;
+  *qb = grows ? plan->num_q_blocks - 1 - qi : qi;
+  *h = (int)(bh % p->a.heads_q);
+  *b = (int)(bh / p->a.heads_q);
+}
+
+size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {
+  double skipped =
+      plan->blocks_total
+          ? 100.0 * (double)(plan->blocks_total - plan->blocks_visited) /
+                (double)plan->blocks_total
+          : 0.0;
+  int n = snprintf(buf, len,
+                   "block_q=%d block_k=%d head_dim_pad=%d head_dim_v_pad=%d "
+                   "q_blocks=%d k_blocks=%d kv_splits=%d work_items=%lld "
+                   "blocks_visited=%lld/%lld (%.1f%% skipped)",
+                   plan->block_q, plan->block_k, plan->head_dim_pad,
+                   plan->head_dim_v_pad, plan->num_q_blocks,
+                   plan->num_k_blocks, plan->num_splits,
+                   (long long)plan->num_work, (long long)plan->blocks_visited,
+                   (long long)plan->blocks_total, skipped);
+  return n < 0 ? 0 : (size_t)n;
+}

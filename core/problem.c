@@ -1,0 +1,354 @@
+// SPDX-License-Identifier: MIT
+// Problem validation: the one place that decides what a valid problem is.
+// Every message names the field and the value that was wrong.
+#include "problem.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "error.h"
+
+#define INVALID FA_ERR_INVALID_ARGUMENT
+
+fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
+                          fa_dtype dtype) {
+  if (!in) return fa_fail(INVALID, "attention problem pointer is NULL");
+  const fa_attention *a = in;
+  if (dtype != FA_F32 && dtype != FA_F16 && dtype != FA_BF16)
+    return fa_fail(INVALID, "dtype=%d is not FA_F32, FA_F16 or FA_BF16",
+                   (int)dtype);
+  if (a->batch < 1) return fa_fail(INVALID, "batch=%d must be >= 1", a->batch);
+  if (a->seqlen_q < 1)
+    return fa_fail(INVALID, "seqlen_q=%d must be >= 1", a->seqlen_q);
+  if (a->seqlen_k < 1)
+    return fa_fail(INVALID, "seqlen_k=%d must be >= 1", a->seqlen_k);
+  if (a->heads_q < 1)
+    return fa_fail(INVALID, "heads_q=%d must be >= 1", a->heads_q);
+  if (a->heads_kv < 1)
+    return fa_fail(INVALID, "heads_kv=%d must be >= 1", a->heads_kv);
+  if (a->heads_q % a->heads_kv)
+    return fa_fail(INVALID,
+                   "heads_q=%d is not a multiple of heads_kv=%d (GQA/MQA "
+                   "needs heads_q %% heads_kv == 0)",
+                   a->heads_q, a->heads_kv);
+  if (a->head_dim < 1)
+    return fa_fail(INVALID, "head_dim=%d must be >= 1", a->head_dim);
+  if (a->head_dim_v < 0)
+    return fa_fail(INVALID, "head_dim_v=%d must be >= 0 (0 = head_dim)",
+                   a->head_dim_v);
+  if (!isfinite(a->scale))
+    return fa_fail(INVALID, "scale=%g must be finite (0 = 1/sqrt(head_dim))",
+                   (double)a->scale);
+  if (a->causal != 0 && a->causal != FA_CAUSAL_BOTTOM_RIGHT &&
+      a->causal != FA_CAUSAL_TOP_LEFT)
+    return fa_fail(INVALID,
+                   "causal=%d must be 0, FA_CAUSAL_BOTTOM_RIGHT (1) or "
+                   "FA_CAUSAL_TOP_LEFT (2)",
+                   a->causal);
+  if (a->window_left < -1)
+    return fa_fail(INVALID, "window_left=%d must be >= -1 (-1 = unbounded)",
+                   a->window_left);
+  if (a->window_right < -1)
+    return fa_fail(INVALID, "window_right=%d must be >= -1 (-1 = unbounded)",
+                   a->window_right);
+  if (a->causal && a->window_right > 0)
+    return fa_fail(INVALID,
+                   "window_right=%d conflicts with causal=%d (causal hides "
+                   "every key right of the diagonal)",
+                   a->window_right, a->causal);
+  if (!isfinite(a->softcap) || a->softcap < 0.0f)
+    return fa_fail(INVALID, "softcap=%g must be finite and >= 0 (0 = off)",
+                   (double)a->softcap);
+  if (a->block_table) {
+    if (a->page_size < 1)
+      return fa_fail(INVALID, "page_size=%d must be >= 1 with block_table",
+                     a->page_size);
+    if (a->max_blocks_per_seq < 1)
+      return fa_fail(INVALID,
+                     "max_blocks_per_seq=%d must be >= 1 with block_table",
+                     a->max_blocks_per_seq);
+    if (a->num_pages < 1)
+      return fa_fail(INVALID,
+                     "num_pages=%d must be >= 1 with block_table (the number "
+                     "of pages in the k/v page pool)",
+                     a->num_pages);
+    if ((int64_t)a->max_blocks_per_seq * a->page_size < a->seqlen_k)
+      return fa_fail(INVALID,
+                     "max_blocks_per_seq=%d x page_size=%d holds fewer than "
+                     "seqlen_k=%d keys",
+                     a->max_blocks_per_seq, a->page_size, a->seqlen_k);
+    if (a->cu_seqlens_k)
+      return fa_fail(INVALID,
+                     "cu_seqlens_k must be NULL with block_table (paged keys "
+                     "are addressed through the block table; use seqused_k "
+                     "for lengths)");
+  } else if (a->page_size || a->max_blocks_per_seq || a->num_pages) {
+    return fa_fail(INVALID,
+                   "page_size=%d, max_blocks_per_seq=%d, num_pages=%d are set "
+                   "but block_table is NULL",
+                   a->page_size, a->max_blocks_per_seq, a->num_pages);
+  }
+
+  memset(p, 0, sizeof *p);
+  p->a = *a;
+  p->dtype = dtype;
+  if (p->a.head_dim_v == 0) p->a.head_dim_v = a->head_dim;
+  if (p->a.scale == 0.0f) p->a.scale = 1.0f / sqrtf((float)a->head_dim);
+  if (a->causal) p->a.window_right = 0;
+  p->top_left = a->causal == FA_CAUSAL_TOP_LEFT;
+  p->varlen_q = a->cu_seqlens_q != NULL;
+  p->varlen_k = a->cu_seqlens_k != NULL;
+  p->paged = a->block_table != NULL;
+  p->group = a->heads_q / a->heads_kv;
+  return FA_OK;
+}
+
+static fa_status check_cu_seqlens(const int32_t *cu, int batch, int max_len,
+                                  const char *name, const char *max_name) {
+  if (cu[0] < 0)
+    return fa_fail(INVALID, "%s[0]=%d must be >= 0", name, cu[0]);
+  for (int b = 0; b < batch; b++) {
+    int64_t len = (int64_t)cu[b + 1] - cu[b];
+    if (len < 0)
+      return fa_fail(INVALID,
+                     "%s is not monotonic: %s[%d]=%d < %s[%d]=%d", name, name,
+                     b + 1, cu[b + 1], name, b, cu[b]);
+    if (len > max_len)
+      return fa_fail(INVALID,
+                     "%s: sequence %d has length %lld > %s=%d", name, b,
+                     (long long)len, max_name, max_len);
+  }
+  return FA_OK;
+}
+
+fa_status fa_problem_check_arrays(const fa_problem *p) {
+  const fa_attention *a = &p->a;
+  fa_status s;
+  if (p->varlen_q && (s = check_cu_seqlens(a->cu_seqlens_q, a->batch,
+                                           a->seqlen_q, "cu_seqlens_q",
+                                           "seqlen_q")))
+    return s;
+  if (p->varlen_k && (s = check_cu_seqlens(a->cu_seqlens_k, a->batch,
+                                           a->seqlen_k, "cu_seqlens_k",
+                                           "seqlen_k")))
+    return s;
+  for (int b = 0; b < a->batch; b++) {
+    int sk = a->seqlen_k;
+    if (p->varlen_k) sk = a->cu_seqlens_k[b + 1] - a->cu_seqlens_k[b];
+    if (a->seqused_k && (a->seqused_k[b] < 0 || a->seqused_k[b] > sk))
+      return fa_fail(INVALID, "seqused_k[%d]=%d is outside [0, %d]", b,
+                     a->seqused_k[b], sk);
+    if (p->paged) {
+      int len = fa_seq_len_k(p, b);
+      int blocks = (len + a->page_size - 1) / a->page_size;
+      const int32_t *row = a->block_table + (int64_t)b * a->max_blocks_per_seq;
+      for (int i = 0; i < blocks; i++)
+        if (row[i] < 0 || row[i] >= a->num_pages)
+          return fa_fail(INVALID,
+                         "block_table[%d][%d]=%d is outside [0, num_pages=%d)",
+                         b, i, row[i], a->num_pages);
+    }
+  }
+  return FA_OK;
+}
+
+/* The index space a tensor describes: four (extent, stride) pairs. */
+typedef struct view {
+  const char *name;
+  const fa_tensor *t;
+  int64_t n[4], s[4]; // batch, seq, heads, dim
+} view;
+
+static int64_t rows_total(const int32_t *cu, int batch) { return cu[batch]; }
+
+static view q_view(const fa_problem *p, const char *name, const fa_tensor *t,
+                   int dim) {
+  view v = {name, t, {p->a.batch, p->a.seqlen_q, p->a.heads_q, dim},
+            {t->stride_batch, t->stride_seq, t->stride_head, 1}};
+  if (p->varlen_q) {
+    v.n[0] = 1;
+    v.n[1] = rows_total(p->a.cu_seqlens_q, p->a.batch);
+  }
+  return v;
+}
+
+static view k_view(const fa_problem *p, const char *name, const fa_tensor *t,
+                   int dim) {
+  view v = {name, t, {p->a.batch, p->a.seqlen_k, p->a.heads_kv, dim},
+            {t->stride_batch, t->stride_seq, t->stride_head, 1}};
+  if (p->paged) {
+    v.n[0] = p->a.num_pages;
+    v.n[1] = p->a.page_size;
+  } else if (p->varlen_k) {
+    v.n[0] = 1;
+    v.n[1] = rows_total(p->a.cu_seqlens_k, p->a.batch);
+  }
+  return v;
+}
+
+/* Largest element offset the view can touch; -1 on int64 overflow. */
+static int64_t view_span(const view *v) {
+  int64_t span = 0;
+  for (int i = 0; i < 4; i++) {
+    if (v->n[i] <= 1) continue;
+    if (v->s[i] > (INT64_MAX - span) / (v->n[i] - 1)) return -1;
+    span += (v->n[i] - 1) * v->s[i];
+  }
+  return span;
+}
+
+static fa_status check_strides(const view *v) {
+  static const char *axis[3] = {"stride_batch", "stride_seq", "stride_head"};
+  if (!v->t->data) return fa_fail(INVALID, "%s.data is NULL", v->name);
+  for (int i = 0; i < 3; i++)
+    if (v->s[i] < 0)
+      return fa_fail(INVALID, "%s.%s=%lld must be >= 0", v->name, axis[i],
+                     (long long)v->s[i]);
+  for (int i = 0; i < 4; i++)
+    if (v->n[i] < 0)
+      return fa_fail(INVALID, "%s: extent %lld of axis %d is negative",
+                     v->name, (long long)v->n[i], i);
+  int64_t span = view_span(v);
+  if (span < 0 || (uint64_t)span >= (uint64_t)INT64_MAX / 8)
+    return fa_fail(INVALID, "%s: strides overflow a 64-bit offset", v->name);
+  return FA_OK;
+}
+
+/* Outputs must not write one element twice: sort the axes by stride and
+   require each stride to clear the span of all smaller axes. */
+static fa_status check_no_self_overlap(const view *v) {
+  static const char *axis[4] = {"stride_batch", "stride_seq", "stride_head",
+                                "dim"};
+  int idx[4] = {0, 1, 2, 3};
+  for (int i = 1; i < 4; i++)
+    for (int j = i; j > 0 && v->s[idx[j]] < v->s[idx[j - 1]]; j--) {
+      int t = idx[j];
+      idx[j] = idx[j - 1];
+      idx[j - 1] = t;
+    }
+  int64_t span = 0;
+  for (int i = 0; i < 4; i++) {
+    int a = idx[i];
+    if (v->n[a] <= 1) continue;
+    if (v->s[a] <= span)
+      return fa_fail(INVALID,
+                     "%s.%s=%lld makes the output overlap itself (it must "
+                     "exceed %lld, the span of the smaller axes)",
+                     v->name, axis[a], (long long)v->s[a], (long long)span);
+    span += (v->n[a] - 1) * v->s[a];
+  }
+  return FA_OK;
+}
+
+fa_status fa_tensor_check(const char *name, const fa_tensor *t,
+                          const int64_t n[4], int is_output) {
+  if (!t) return fa_fail(INVALID, "%s is NULL", name);
+  if (t->dtype != FA_F32 && t->dtype != FA_F16 && t->dtype != FA_BF16)
+    return fa_fail(INVALID, "%s.dtype=%d is not a valid fa_dtype", name,
+                   (int)t->dtype);
+  view v = {name, t, {n[0], n[1], n[2], n[3]},
+            {t->stride_batch, t->stride_seq, t->stride_head, 1}};
+  fa_status s = check_strides(&v);
+  if (!s && is_output) s = check_no_self_overlap(&v);
+  return s;
+}
+
+static fa_status check_view(const fa_problem *p, const view *v, int varlen) {
+  if (v->t->data && v->t->dtype != p->dtype)
+    return fa_fail(INVALID, "%s.dtype=%s does not match the problem's dtype %s",
+                   v->name, fa_dtype_name(v->t->dtype), fa_dtype_name(p->dtype));
+  fa_status s = check_strides(v);
+  if (s) return s;
+  if (varlen && v->t->stride_batch != 0)
+    return fa_fail(INVALID,
+                   "%s.stride_batch=%lld must be 0 with cu_seqlens (rows are "
+                   "addressed by offset)",
+                   v->name, (long long)v->t->stride_batch);
+  return FA_OK;
+}
+
+static void byte_range(const fa_problem *p, const view *v, uintptr_t *lo,
+                       uintptr_t *hi) {
+  *lo = (uintptr_t)v->t->data;
+  *hi = *lo + (uintptr_t)(view_span(v) + 1) * fa_dtype_size(p->dtype);
+}
+
+static fa_status check_disjoint(const fa_problem *p, const view *out,
+                                const view *other) {
+  uintptr_t a0, a1, b0, b1;
+  byte_range(p, out, &a0, &a1);
+  byte_range(p, other, &b0, &b1);
+  if (a0 < b1 && b0 < a1)
+    return fa_fail(INVALID, "%s overlaps %s in memory", out->name,
+                   other->name);
+  return FA_OK;
+}
+
+/* Validate inputs, then outputs (each non-self-overlapping and disjoint from
+   every input and every other output). */
+static fa_status check_views(const fa_problem *p, const view *in, int n_in,
+                             const int *in_varlen, const view *out, int n_out,
+                             const int *out_varlen) {
+  fa_status s;
+  for (int i = 0; i < n_in; i++)
+    if ((s = check_view(p, &in[i], in_varlen[i]))) return s;
+  for (int i = 0; i < n_out; i++) {
+    if ((s = check_view(p, &out[i], out_varlen[i]))) return s;
+    if ((s = check_no_self_overlap(&out[i]))) return s;
+    for (int j = 0; j < n_in; j++)
+      if ((s = check_disjoint(p, &out[i], &in[j]))) return s;
+    for (int j = 0; j < i; j++)
+      if ((s = check_disjoint(p, &out[i], &out[j]))) return s;
+  }
+  return FA_OK;
+}
+
+fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,
+                                   const fa_tensor *k, const fa_tensor *v,
+                                   const fa_tensor *o, const float *lse) {
+  const fa_attention *a = &p->a;
+  view in[3] = {q_view(p, "q", q, a->head_dim), k_view(p, "k", k, a->head_dim),
+                k_view(p, "v", v, a->head_dim_v)};
+  view out[1] = {q_view(p, "o", o, a->head_dim_v)};
+  int vk = p->varlen_k, vq = p->varlen_q;
+  int in_varlen[3] = {vq, vk, vk}, out_varlen[1] = {vq};
+  fa_status s = check_views(p, in, 3, in_varlen, out, 1, out_varlen);
+  if (s) return s;
+  if (lse) {
+    uintptr_t l0 = (uintptr_t)lse,
+              l1 = l0 + (uintptr_t)a->batch * (uintptr_t)a->heads_q *
+                       (uintptr_t)a->seqlen_q * 4u;
+    for (int i = 0; i < 3; i++) {
+      uintptr_t b0, b1;
+      byte_range(p, &in[i], &b0, &b1);
+      if (l0 < b1 && b0 < l1)
+        return fa_fail(INVALID, "lse overlaps %s in memory", in[i].name);
+    }
+    uintptr_t o0, o1;
+    byte_range(p, &out[0], &o0, &o1);
+    if (l0 < o1 && o0 < l1) return fa_fail(INVALID, "lse overlaps o in memory");
+  }
+  return FA_OK;
+}
+
+fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v,
+                                    const fa_tensor *o, const fa_tensor *d_o,
+                                    const float *lse, const fa_tensor *dq,
+                                    const fa_tensor *dk, const fa_tensor *dv) {
+  const fa_attention *a = &p->a;
+  if (!lse)
+    return fa_fail(INVALID,
+                   "lse is NULL: backward needs the LSE forward produced");
+  int dh = a->head_dim, dvd = a->head_dim_v, vq = p->varlen_q,
+      vk = p->varlen_k;
+  view in[5] = {q_view(p, "q", q, dh), k_view(p, "k", k, dh),
+                k_view(p, "v", v, dvd), q_view(p, "o", o, dvd),
+                q_view(p, "do", d_o, dvd)};
+  view out[3] = {q_view(p, "dq", dq, dh), k_view(p, "dk", dk, dh),
+                 k_view(p, "dv", dv, dvd)};
+  int in_varlen[5] = {vq, vk, vk, vq, vq}, out_varlen[3] = {vq, vk, vk};
+  return check_views(p, in, 5, in_varlen, out, 3, out_varlen);
+}

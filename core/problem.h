@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// The validated problem every backend receives, and the one place that
+// defines masking, lengths and row addressing. Backends must use these
+// helpers (or provably equivalent code) so that semantics never drift.
+#ifndef FA_CORE_PROBLEM_H
+#define FA_CORE_PROBLEM_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "flashattn.h"
+
+typedef struct fa_problem {
+  fa_attention a;  // the caller's problem, defaults resolved:
+                   // head_dim_v != 0, scale != 0, causal folded into
+                   // window_right (0) so masks are one window test.
+  fa_dtype dtype;
+  int top_left;    // diagonal offset is 0 instead of sk - sq
+  int varlen_q, varlen_k, paged;
+  int group;       // heads_q / heads_kv
+} fa_problem;
+
+/* Validate the scalar fields and pointers' presence (not array contents).
+   On error returns FA_ERR_INVALID_ARGUMENT with the field named. */
+fa_status fa_problem_init(fa_problem *p, const fa_attention *a, fa_dtype dtype);
+
+/* Validate the contents of cu_seqlens, seqused_k and block_table. They must
+   be host-readable (CPU memory space; GPU backends copy them first). */
+fa_status fa_problem_check_arrays(const fa_problem *p);
+
+/* Validate the forward tensors (dtype, strides, self-overlap of o). */
+fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,
+                                   const fa_tensor *k, const fa_tensor *v,
+                                   const fa_tensor *o, const float *lse);
+
+/* Validate the backward tensors (all of the forward's plus do, dq, dk, dv). */
+fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v,
+                                    const fa_tensor *o, const fa_tensor *d_o,
+                                    const float *lse, const fa_tensor *dq,
+                                    const fa_tensor *dk, const fa_tensor *dv);
+
+/* Check one tensor viewing extents n[] = {batch, seq, heads, dim}: data set,
+   dtype valid, strides >= 0, offsets fit 64 bits; an output must also not
+   overlap itself. Used where no fa_problem exists (fa_merge_states). */
+fa_status fa_tensor_check(const char *name, const fa_tensor *t,
+                          const int64_t n[4], int is_output);
+
+/* Real lengths of sequence b (host-readable arrays). */
+static inline int fa_seq_len_q(const fa_problem *p, int b) {
+  return p->varlen_q ? p->a.cu_seqlens_q[b + 1] - p->a.cu_seqlens_q[b]
+                     : p->a.seqlen_q;
+}
+
+static inline int fa_seq_len_k(const fa_problem *p, int b) {
+  if (p->a.seqused_k) return p->a.seqused_k[b];
+  if (p->varlen_k) return p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b];
+  return p->a.seqlen_k;
+}
+
+/* Offset of the diagonal for a sequence: query i is aligned with key
+   i + shift. */
+static inline int fa_diag_shift(const fa_problem *p, int sq, int sk) {
+  return p->top_left ? 0 : sk - sq;
+}
+
+/* Visible keys of query row i: [*lo, *hi) clipped to [0, sk). Empty when
+   *lo >= *hi. Computed in 64 bits: windows near INT_MAX cannot overflow. */
+static inline void fa_visible_keys(const fa_problem *p, int i, int sq, int sk,
+                                   int *lo, int *hi) {
+  int64_t diag = (int64_t)i + fa_diag_shift(p, sq, sk);
+  int64_t l = p->a.window_left < 0 ? 0 : diag - p->a.window_left;
+  int64_t h = p->a.window_right < 0 ? sk : diag + p->a.window_right + 1;
+  if (l < 0) l = 0;
+  if (h > sk) h = sk;
+  if (h < l) h = l;
+  *lo = (int)l;
+  *hi = (int)h;
+}
+
+/* Element offset of row i, head h, of q-like tensors (q, o, do, dq). */
+static inline int64_t fa_q_offset(const fa_problem *p, const fa_tensor *t,
+                                  int b, int i, int h) {
+  int64_t row = p->varlen_q ? (int64_t)p->a.cu_seqlens_q[b] + i : i;
+  int64_t base = p->varlen_q ? 0 : (int64_t)b * t->stride_batch;
+  return base + row * t->stride_seq + (int64_t)h * t->stride_head;
+}
+
+/* Element offset of key j, kv head h, of k-like tensors (k, v, dk, dv),
+   following the block table when paged. */
+static inline int64_t fa_k_offset(const fa_problem *p, const fa_tensor *t,
+                                  int b, int j, int h) {
+  if (p->paged) {
+    int ps = p->a.page_size;
+    int64_t page =
+        p->a.block_table[(int64_t)b * p->a.max_blocks_per_seq + j / ps];
+    return page * t->stride_batch + (int64_t)(j % ps) * t->stride_seq +
+           (int64_t)h * t->stride_head;
+  }
+  int64_t row = p->varlen_k ? (int64_t)p->a.cu_seqlens_k[b] + j : j;
+  int64_t base = p->varlen_k ? 0 : (int64_t)b * t->stride_batch;
+  return base + row * t->stride_seq + (int64_t)h * t->stride_head;
+}
+
+/* The score pipeline after the dot product: softcap, then ALiBi. Masking is
+   the caller's job (via fa_visible_keys). s is scale * q.k. */
+static inline float fa_score_transform(const fa_problem *p, float s, int h,
+                                       int i, int j, int shift) {
+  if (p->a.softcap > 0.0f) s = p->a.softcap * tanhf(s / p->a.softcap);
+  if (p->a.alibi_slopes) {
+    int64_t d = (int64_t)i + shift - j;
+    s -= p->a.alibi_slopes[h] * (float)(d < 0 ? -d : d);
+  }
+  return s;
+}
+
+#endif
