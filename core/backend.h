@@ -86,5 +86,14 @@ fa_status fa_host_merge_states(void *state, int n, const fa_tensor *o_parts,
 #ifdef FA_HAVE_CPU
 extern const fa_backend fa_backend_cpu_scalar;
 #endif
+#ifdef FA_HAVE_CPU_AVX2
+extern const fa_backend fa_backend_cpu_avx2;
+#endif
+#ifdef FA_HAVE_CPU_AVX512
+extern const fa_backend fa_backend_cpu_avx512;
+#endif
+#ifdef FA_HAVE_CPU_NEON
+extern const fa_backend fa_backend_cpu_neon;
+#endif
 
 #endif

@@ -10,6 +10,15 @@
 #include "dtype.h"
 
 static const fa_backend *const compiled_in[] = {
+#ifdef FA_HAVE_CPU_AVX512
+    &fa_backend_cpu_avx512,
+#endif
+#ifdef FA_HAVE_CPU_AVX2
+    &fa_backend_cpu_avx2,
+#endif
+#ifdef FA_HAVE_CPU_NEON
+    &fa_backend_cpu_neon,
+#endif
 #ifdef FA_HAVE_CPU
     &fa_backend_cpu_scalar,
 #endif

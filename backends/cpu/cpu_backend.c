@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The portable CPU backend "cpu-scalar": plain C11, any CPU, OpenMP threads
-// when the compiler has them. It supports the whole fa_attention and is the
-// model every faster backend is checked against.
+// The CPU backends: one kernel body (cpu_kernels.h) compiled per ISA, one
+// backend per ISA so that dispatch, logs and benches name them apart.
+// "cpu-scalar" (plain C11, any CPU) supports the whole fa_attention and is
+// the model every faster backend is checked against; the SIMD ones support
+// exactly the same problems.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "cpu_detect.h"
 #include "cpu_internal.h"
 #include "error.h"
 
@@ -41,8 +44,6 @@ void *fa_cpu_workspace(fa_cpu_state *st, size_t bytes) {
   return w;
 }
 
-static int scalar_probe(char *why, size_t len) { return 1; }
-
 static fa_status cpu_context_create(int device, void **state) {
   fa_cpu_state *st = calloc(1, sizeof *st);
   if (!st) return fa_fail(FA_ERR_OUT_OF_MEMORY, "CPU context: out of memory");
@@ -62,8 +63,8 @@ static fa_status cpu_set_threads(void *state, int n) {
   return FA_OK;
 }
 
-/* The planner sizes tiles to the per-core L2 (the K/V tile is re-read for
-   every row of the Q tile; L1 is too small for fp32 tiles of d = 128). */
+/* Tiles are sized to the per-core L2: the K/V tile is re-read for every
+   query of the Q tile, and L1 is too small for fp32 tiles at d = 128. */
 static size_t l2_bytes(void) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -72,16 +73,16 @@ static size_t l2_bytes(void) {
   return 512 * 1024;
 }
 
-static void scalar_capabilities(void *state, fa_caps *caps) {
-  caps->fast_mem_bytes = l2_bytes() / 2; // leave half for streaming K/V rows
+static void caps_for(void *state, fa_caps *caps, int vector_floats) {
+  caps->fast_mem_bytes = l2_bytes() / 2; // the rest streams K/V and O rows
   caps->num_workers = fa_cpu_threads(state);
-  caps->tile_align = 1;
+  caps->tile_align = vector_floats;
   caps->max_block_q = 64;
-  caps->max_block_k = 128;
+  caps->max_block_k = 64;
   caps->max_splits = 64;
 }
 
-static int scalar_supports(const fa_problem *p, char *why, size_t len) {
+static int cpu_supports(const fa_problem *p, char *why, size_t len) {
   if (p->a.head_dim > FA_CPU_MAX_HEAD_DIM) {
     snprintf(why, len, "head_dim %d > %d", p->a.head_dim, FA_CPU_MAX_HEAD_DIM);
     return 0;
@@ -94,31 +95,50 @@ static int scalar_supports(const fa_problem *p, char *why, size_t len) {
   return 1;
 }
 
-static const fa_kernel scalar_kernels[] = {
-    {.name = "cpu.scalar",
-     .supports = scalar_supports,
-     .forward = fa_cpu_scalar_forward,
-     .backward = fa_cpu_scalar_backward},
-};
+/* One backend per ISA: probe, capabilities and kernel table differ only in
+   the ISA, its vector width and its rank. */
+#define FA_CPU_BACKEND(isa, ISA_ENUM, vec, rank_)                              \
+  static int probe_##isa(char *why, size_t len) {                             \
+    return fa_cpu_isa_usable(ISA_ENUM, why, len);                             \
+  }                                                                            \
+  static void caps_##isa(void *state, fa_caps *caps) {                        \
+    caps_for(state, caps, vec);                                                \
+  }                                                                            \
+  static const fa_kernel kernels_##isa[] = {                                   \
+      {.name = "cpu." #isa,                                                    \
+       .supports = cpu_supports,                                               \
+       .forward = fa_cpu_forward_##isa,                                        \
+       .backward = fa_cpu_backward_##isa},                                     \
+  };                                                                           \
+  const fa_backend fa_backend_cpu_##isa = {                                    \
+      .api_version = FA_BACKEND_API_VERSION,                                   \
+      .name = "cpu-" #isa,                                                     \
+      .kind = FA_BACKEND_CPU,                                                  \
+      .rank = rank_,                                                           \
+      .memory_space = FA_MEMORY_HOST,                                          \
+      .probe = probe_##isa,                                                    \
+      .context_create = cpu_context_create,                                    \
+      .context_destroy = cpu_context_destroy,                                  \
+      .capabilities = caps_##isa,                                              \
+      .set_threads = cpu_set_threads,                                          \
+      .set_stream = NULL,                                                      \
+      .mem_alloc = fa_host_mem_alloc,                                          \
+      .mem_free = fa_host_mem_free,                                            \
+      .copy_to_device = fa_host_copy,                                          \
+      .copy_to_host = fa_host_copy,                                            \
+      .synchronize = fa_host_synchronize,                                      \
+      .merge_states = fa_host_merge_states,                                    \
+      .kernels = kernels_##isa,                                                \
+      .num_kernels = 1,                                                        \
+  };
 
-const fa_backend fa_backend_cpu_scalar = {
-    .api_version = FA_BACKEND_API_VERSION,
-    .name = "cpu-scalar",
-    .kind = FA_BACKEND_CPU,
-    .rank = 10,
-    .memory_space = FA_MEMORY_HOST,
-    .probe = scalar_probe,
-    .context_create = cpu_context_create,
-    .context_destroy = cpu_context_destroy,
-    .capabilities = scalar_capabilities,
-    .set_threads = cpu_set_threads,
-    .set_stream = NULL,
-    .mem_alloc = fa_host_mem_alloc,
-    .mem_free = fa_host_mem_free,
-    .copy_to_device = fa_host_copy,
-    .copy_to_host = fa_host_copy,
-    .synchronize = fa_host_synchronize,
-    .merge_states = fa_host_merge_states,
-    .kernels = scalar_kernels,
-    .num_kernels = 1,
-};
+FA_CPU_BACKEND(scalar, FA_ISA_SCALAR, 1, 10)
+#ifdef FA_HAVE_CPU_AVX2
+FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20)
+#endif
+#ifdef FA_HAVE_CPU_AVX512
+FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30)
+#endif
+#ifdef FA_HAVE_CPU_NEON
+FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20)
+#endif

@@ -49,20 +49,18 @@ static inline void fa_cpu_load_k_rows(float *dst, int ld, const fa_problem *p,
   }
 }
 
-/* Scores of one tile: s[r][c] = final score of query row0+r against key
-   col0+c (scale, softcap, ALiBi), -INFINITY where masked. q is [nr][ld_q],
-   k is [nc][ld_q]; rows/cols beyond nr/nc are not touched. When grad is
-   not NULL it receives d(score)/d(q.k): the scale, times 1 - tanh^2 under
-   softcap (backward's chain rule). */
-void fa_cpu_scores(const fa_problem *p, int h, int sq, int sk, int row0,
-                   int nr, int col0, int nc, const float *q, const float *k,
-                   int ld_q, float *s, float *grad, int ld_s);
-
-fa_status fa_cpu_scalar_forward(void *state, const fa_problem *p,
-                                const fa_plan_data *plan,
-                                const fa_fwd_args *args);
-fa_status fa_cpu_scalar_backward(void *state, const fa_problem *p,
-                                 const fa_plan_data *plan,
-                                 const fa_bwd_args *args);
+/* Kernel entry points, one pair per ISA compiled in (isa_<isa>.c). */
+#define FA_CPU_DECLARE_ISA(isa)                                                \
+  fa_status fa_cpu_forward_##isa(void *state, const fa_problem *p,             \
+                                 const fa_plan_data *plan,                     \
+                                 const fa_fwd_args *args);                     \
+  fa_status fa_cpu_backward_##isa(void *state, const fa_problem *p,            \
+                                  const fa_plan_data *plan,                    \
+                                  const fa_bwd_args *args);
+FA_CPU_DECLARE_ISA(scalar)
+FA_CPU_DECLARE_ISA(avx2)
+FA_CPU_DECLARE_ISA(avx512)
+FA_CPU_DECLARE_ISA(neon)
+#undef FA_CPU_DECLARE_ISA
 
 #endif

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// Run-time ISA detection. Compiled with baseline flags only: it must run on
+// every CPU to tell which kernels may. Checks the OS saves the vector state
+// too (XGETBV on x86, getauxval on Arm), not just the CPUID bits.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_detect.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static unsigned long long xgetbv0(void) {
+  unsigned eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return ((unsigned long long)edx << 32) | eax;
+}
+
+static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) {
+    snprintf(why, len, "CPUID leaf 1 unavailable");
+    return 0;
+  }
+  const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  const int avx = (c >> 28) & 1;
+  unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
+  const int os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+  unsigned b7 = 0, c7 = 0, d7 = 0, a7 = 0;
+  __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7);
+  const int avx2 = (b7 >> 5) & 1, avx512f = (b7 >> 16) & 1,
+            avx512dq = (b7 >> 17) & 1, avx512bw = (b7 >> 30) & 1,
+            avx512vl = (b7 >> 31) & 1;
+  if (!(avx && avx2 && fma && f16c)) {
+    snprintf(why, len, "CPU lacks AVX2/FMA/F16C");
+    return 0;
+  }
+  if (!os_ymm) {
+    snprintf(why, len, "OS does not save AVX state (XCR0=0x%llx)", xcr0);
+    return 0;
+  }
+  if (isa == FA_ISA_AVX2) return 1;
+  if (!(avx512f && avx512dq && avx512bw && avx512vl)) {
+    snprintf(why, len, "CPU lacks AVX-512 F/DQ/BW/VL");
+    return 0;
+  }
+  if (!os_zmm) {
+    snprintf(why, len, "OS does not save AVX-512 state (XCR0=0x%llx)", xcr0);
+    return 0;
+  }
+  return 1;
+}
+#endif
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#endif
+
+static const char *isa_names[] = {"scalar", "avx2", "avx512", "neon"};
+
+const char *fa_cpu_isa_name(fa_cpu_isa isa) { return isa_names[isa]; }
+
+/* Level for FA_CPU_MAX_ISA: an ISA is allowed when its level <= the cap. */
+static int isa_level(fa_cpu_isa isa) {
+  return isa == FA_ISA_SCALAR ? 0 : isa == FA_ISA_AVX512 ? 2 : 1;
+}
+
+int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len) {
+  const char *cap = getenv("FA_CPU_MAX_ISA");
+  if (cap && *cap) {
+    int cap_level = -1;
+    for (int i = 0; i < 4; i++)
+      if (strcmp(cap, isa_names[i]) == 0) cap_level = isa_level((fa_cpu_isa)i);
+    if (cap_level < 0) {
+      snprintf(why, len, "FA_CPU_MAX_ISA=%s is not one of scalar, avx2, "
+               "avx512, neon", cap);
+      return 0;
+    }
+    if (isa_level(isa) > cap_level) {
+      snprintf(why, len, "capped by FA_CPU_MAX_ISA=%s", cap);
+      return 0;
+    }
+  }
+  switch (isa) {
+  case FA_ISA_SCALAR:
+    return 1;
+  case FA_ISA_AVX2:
+  case FA_ISA_AVX512:
+#if defined(__x86_64__) || defined(__i386__)
+    return x86_has(isa, why, len);
+#else
+    snprintf(why, len, "not an x86 CPU");
+    return 0;
+#endif
+  case FA_ISA_NEON:
+#if defined(__aarch64__) && defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMD) return 1;
+    snprintf(why, len, "HWCAP lacks ASIMD");
+    return 0;
+#elif defined(__aarch64__)
+    return 1; // Advanced SIMD is mandatory in AArch64
+#else
+    snprintf(why, len, "not an AArch64 CPU");
+    return 0;
+#endif
+  }
+  return 0;
+}

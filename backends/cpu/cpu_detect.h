@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: MIT
+#ifndef FA_CPU_DETECT_H
+#define FA_CPU_DETECT_H
+#include <stddef.h>
+
+typedef enum fa_cpu_isa {
+  FA_ISA_SCALAR,
+  FA_ISA_AVX2,
+  FA_ISA_AVX512,
+  FA_ISA_NEON
+} fa_cpu_isa;
+
+/* 1 if this CPU and OS run isa and FA_CPU_MAX_ISA allows it; else 0 and
+   why. */
+int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len);
+const char *fa_cpu_isa_name(fa_cpu_isa isa);
+#endif

@@ -1,0 +1,696 @@
+// SPDX-License-Identifier: MIT
+// The CPU attention kernels, written once against the vocabulary of
+// simd/simd_<isa>.h and compiled once per ISA (see isa_<isa>.c). Include
+// after the vocabulary header and with FA_ISA_SUFFIX defined.
+//
+// Layout idea: the score tile is kept transposed, S^T[key][query], so that
+// every softmax step (column max, exp, column sum, rescale factors) is a
+// vertical vector operation over queries and no horizontal reduction is
+// ever needed. Q^T is packed once per work item and reused for every kv
+// block; K and V rows are used as they are. Every tile product is one GEMM
+// micro-kernel, C (+)= A.B, where A is read by broadcasts through two
+// strides (so A may be stored either way round) and B and C by vectors.
+//
+// Work split (the BLIS framework/micro-kernel split): OpenMP lives in the
+// drivers below, over the plan's work items; kernels are single threaded
+// and use per-thread tiles carved from the context's workspace.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu_internal.h"
+#include "error.h"
+#include "softmax.h"
+
+#define FA_CAT2(a, b) a##_##b
+#define FA_CAT(a, b) FA_CAT2(a, b)
+#define FA_FN(x) FA_CAT(x, FA_ISA_SUFFIX)
+
+#if defined(__GNUC__)
+#define FA_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define FA_ALWAYS_INLINE static inline
+#endif
+
+/* ---- GEMM: C[i][j] (+)= sum_p A[i*rs + p*cs] * B[p*ldb + j] ------------ */
+
+/* One R x N-vector micro-tile. R, N, tail are compile-time constants after
+   inlining: the accumulators live in registers. tail > 0 makes the last
+   vector partial (tail lanes). */
+FA_ALWAYS_INLINE void FA_FN(micro)(const int R, const int N, const int tail,
+                                   int k, const float *A, int64_t rs,
+                                   int64_t cs, const float *B, int64_t ldb,
+                                   float *C, int64_t ldc, int accumulate) {
+  fa_vf acc[FA_MR][FA_NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+    for (int v = 0; v < N; v++) {
+      const float *c = C + i * ldc + v * FA_VW;
+      int part = tail && v == N - 1;
+      acc[i][v] = !accumulate ? vf_zero()
+                  : part      ? vf_load_part(c, tail)
+                              : vf_load(c);
+    }
+  for (int p = 0; p < k; p++) {
+    fa_vf b[FA_NV];
+    const float *bp = B + p * ldb;
+#pragma GCC unroll 8
+    for (int v = 0; v < N; v++)
+      b[v] = tail && v == N - 1 ? vf_load_part(bp + v * FA_VW, tail)
+                                : vf_load(bp + v * FA_VW);
+    const float *ap = A + p * cs;
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) {
+      fa_vf a = vf_set1(ap[i * rs]);
+#pragma GCC unroll 8
+      for (int v = 0; v < N; v++) acc[i][v] = vf_fma(a, b[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 8
+    for (int v = 0; v < N; v++) {
+      float *c = C + i * ldc + v * FA_VW;
+      if (tail && v == N - 1)
+        vf_store_part(c, acc[i][v], tail);
+      else
+        vf_store(c, acc[i][v]);
+    }
+}
+
+/* Row tails of a column chunk of N vectors (compile-time N, tail). */
+FA_ALWAYS_INLINE void FA_FN(micro_rows)(const int N, const int tail, int m,
+                                        int k, const float *A, int64_t rs,
+                                        int64_t cs, const float *B,
+                                        int64_t ldb, float *C, int64_t ldc,
+                                        int acc) {
+  int i = 0;
+  for (; i + FA_MR <= m; i += FA_MR)
+    FA_FN(micro)(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc,
+                 ldc, acc);
+  switch (m - i) {
+#if FA_MR > 3
+  case 3:
+    FA_FN(micro)(3, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
+                 acc);
+    break;
+#endif
+#if FA_MR > 2
+  case 2:
+    FA_FN(micro)(2, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
+                 acc);
+    break;
+#endif
+  case 1:
+    FA_FN(micro)(1, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
+                 acc);
+    break;
+  default:
+    break;
+  }
+}
+
+/* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors
+   whose final vector may be partial. */
+static void FA_FN(gemm)(int m, int n, int k, const float *A, int64_t rs,
+                        int64_t cs, const float *B, int64_t ldb, float *C,
+                        int64_t ldc, int acc) {
+  const int chunk = FA_NV * FA_VW;
+  int j = 0;
+  for (; j + chunk <= n; j += chunk)
+    FA_FN(micro_rows)(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);
+  int left = n - j;
+  if (left <= 0) return;
+  int nvec = (left + FA_VW - 1) / FA_VW, tail = left % FA_VW;
+#define FA_LAST(NV)                                                            \
+  case NV:                                                                     \
+    if (tail)                                                                  \
+      FA_FN(micro_rows)(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc,     \
+                        acc);                                                  \
+    else                                                                       \
+      FA_FN(micro_rows)(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc); \
+    break;
+  switch (nvec) {
+    FA_LAST(1)
+#if FA_NV > 1
+    FA_LAST(2)
+#endif
+#if FA_NV > 2
+    FA_LAST(3)
+#endif
+#if FA_NV > 3
+    FA_LAST(4)
+#endif
+  default:
+    break;
+  }
+#undef FA_LAST
+}
+
+/* ---- tiles ------------------------------------------------------------ */
+
+/* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
+   query axis of transposed tiles is whole vectors. */
+typedef struct FA_FN(tiles) {
+  int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
+  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, total;
+} FA_FN(tiles);
+
+static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
+  FA_FN(tiles) t;
+  t.bq = plan->block_q;
+  t.bk = plan->block_k;
+  t.ld = plan->head_dim_pad;
+  t.ldv = plan->head_dim_v_pad;
+  size_t at = 0;
+  // 16-float granules keep every tile 64-byte aligned.
+#define FA_TAKE(field, n)                                                      \
+  do {                                                                         \
+    t.field = at;                                                              \
+    at += ((size_t)(n) + 15) / 16 * 16;                                        \
+  } while (0)
+  FA_TAKE(qt, (size_t)t.ld * t.bq);
+  FA_TAKE(k, (size_t)t.bk * t.ld);
+  FA_TAKE(v, (size_t)t.bk * t.ldv);
+  FA_TAKE(s, (size_t)t.bk * t.bq);
+  FA_TAKE(m, t.bq);
+  FA_TAKE(l, t.bq);
+  FA_TAKE(mu, t.bq);
+  if (bwd) {
+    size_t rows = t.bk > t.bq ? (size_t)t.bk : (size_t)t.bq;
+    FA_TAKE(q, (size_t)t.bq * t.ld);
+    FA_TAKE(dot, (size_t)t.ldv * t.bq);
+    FA_TAKE(d_o, (size_t)t.bq * t.ldv);
+    FA_TAKE(g, (size_t)t.bk * t.bq);
+    FA_TAKE(dp, (size_t)t.bk * t.bq);
+    FA_TAKE(acc, rows * t.ld);
+    FA_TAKE(accv, (size_t)t.bk * t.ldv);
+  } else {
+    FA_TAKE(acc, (size_t)t.bq * t.ldv); // the O accumulator
+    t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
+  }
+#undef FA_TAKE
+  t.total = at;
+  return t;
+}
+
+/* Rows [row0, row0+nr) of a q-like tensor, transposed into dst[dim][bq];
+   query columns nr..bq are zero so padded lanes stay finite. */
+static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
+                                     const fa_problem *p, const fa_tensor *t,
+                                     int b, int h, int row0, int nr, int dim) {
+  for (int r = 0; r < bq; r++) {
+    if (r < nr)
+      fa_load_row(row, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h),
+                  dim);
+    else
+      memset(row, 0, sizeof(float) * (size_t)dim);
+    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d];
+  }
+}
+
+/* S^T[c][r] = scale * k_c . q_r, then softcap / ALiBi / mask. With grad,
+   also d(score)/d(q.k) per element (backward's chain rule). Masked entries
+   are -INFINITY; query lanes past nr are left as computed (finite). */
+static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
+                          float *ws, int h, int sq, int sk, int row0, int nr,
+                          int col0, int nc, float *grad) {
+  float *s = ws + t->s;
+  const int bq = t->bq;
+  FA_FN(gemm)(nc, bq, p->a.head_dim, ws + t->k, t->ld, 1, ws + t->qt, bq, s,
+              bq, 0);
+  const fa_vf vscale = vf_set1(p->a.scale);
+  const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
+  const int shift = fa_diag_shift(p, sq, sk);
+  for (int c = 0; c < nc; c++) {
+    float *sc = s + (size_t)c * bq;
+    for (int r = 0; r < bq; r += FA_VW) vf_store(sc + r, vf_mul(vf_load(sc + r), vscale));
+    if (grad) {
+      float *gc = grad + (size_t)c * bq;
+      for (int r = 0; r < bq; r++) {
+        float g = p->a.scale;
+        if (p->a.softcap > 0.0f) {
+          float th = tanhf(sc[r] / p->a.softcap);
+          g *= 1.0f - th * th;
+        }
+        gc[r] = g;
+      }
+    }
+    if (special)
+      for (int r = 0; r < nr; r++)
+        sc[r] = fa_score_transform(p, sc[r], h, row0 + r, col0 + c, shift);
+  }
+  // Mask only blocks that cut through some row's window: the edges move
+  // one key per row, so checking the first and last rows is enough.
+  int lo_last, hi_last, lo_first, hi_first;
+  fa_visible_keys(p, row0, sq, sk, &lo_first, &hi_first);
+  fa_visible_keys(p, row0 + nr - 1, sq, sk, &lo_last, &hi_last);
+  if (lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first)
+    return;
+  for (int r = 0; r < nr; r++) {
+    int lo, hi;
+    fa_visible_keys(p, row0 + r, sq, sk, &lo, &hi);
+    for (int c = 0; c < nc; c++) {
+      int j = col0 + c;
+      if (j < lo || j >= hi) {
+        s[(size_t)c * bq + r] = -INFINITY;
+        if (grad) grad[(size_t)c * bq + r] = 0.0f;
+      }
+    }
+  }
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+typedef struct FA_FN(partials) {
+  float *ml; // [num_work][block_q][2]: (m, l) of each split
+  float *o;  // [num_work][block_q][head_dim_v]
+} FA_FN(partials);
+
+static float FA_FN(sink)(const fa_problem *p, int h) {
+  return p->a.sinks ? p->a.sinks[h] : NAN;
+}
+
+static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
+                             int b, int h, int i, const float *o_row,
+                             float scale_o, float lse) {
+  const fa_tensor *o = &args->o;
+  int64_t off = fa_q_offset(p, o, b, i, h);
+  for (int d = 0; d < p->a.head_dim_v; d++)
+    fa_store(o->data, o->dtype, off + d, o_row[d] * scale_o);
+  if (args->lse)
+    args->lse[((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i] = lse;
+}
+
+/* One online-softmax step on the transposed tile: column max, exp, column
+   sum; returns the rescale factors alpha in mu[] (mu doubles as scratch). */
+static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
+  float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
+  const int bq = t->bq;
+  for (int r = 0; r < bq; r += FA_VW) {
+    fa_vf m_old = vf_load(m + r), mx = m_old;
+    for (int c = 0; c < nc; c++) mx = vf_max(mx, vf_load(s + (size_t)c * bq + r));
+    // A row that has seen no key keeps m = -inf; exp against 0 then gives
+    // P = 0 and alpha = 0 on an O that is still 0.
+    fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
+    for (int c = 0; c < nc; c++) {
+      float *sc = s + (size_t)c * bq + r;
+      fa_vf e = vf_exp(vf_sub(vf_load(sc), ref));
+      vf_store(sc, e);
+      sum = vf_add(sum, e);
+    }
+    fa_vf alpha = vf_exp(vf_sub(m_old, ref));
+    vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
+    vf_store(m + r, mx);
+    vf_store(mu + r, alpha);
+  }
+}
+
+static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
+                            const fa_fwd_args *args, const FA_FN(tiles) * t,
+                            float *ws, int64_t w, FA_FN(partials) * part) {
+  int b, h, qb, split;
+  fa_plan_work_item(p, plan, w, &b, &h, &qb, &split);
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int row0 = qb * t->bq;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < t->bq ? sq - row0 : t->bq;
+  const int hk = h / p->group, dv = p->a.head_dim_v, bq = t->bq;
+  float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
+
+  // The K tile doubles as the row buffer of the transposing load.
+  FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, h, row0,
+                           nr, p->a.head_dim);
+  for (int r = 0; r < bq; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  memset(o, 0, sizeof(float) * (size_t)bq * t->ldv);
+
+  int kb0, kb1, s0, s1;
+  fa_plan_kv_blocks(p, plan, sq, sk, qb, &kb0, &kb1);
+  fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
+  for (int kb = s0; kb < s1; kb++) {
+    const int col0 = kb * t->bk;
+    const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    fa_cpu_load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
+                       p->a.head_dim);
+    fa_cpu_load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+    FA_FN(scores)(p, t, ws, h, sq, sk, row0, nr, col0, nc, NULL);
+    FA_FN(online_softmax)(t, ws, nc);
+    for (int r = 0; r < nr; r++) {
+      if (mu[r] == 1.0f) continue;
+      float *orow = o + (size_t)r * t->ldv;
+      fa_vf a = vf_set1(mu[r]);
+      int d = 0;
+      for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
+      for (; d < dv; d++) orow[d] *= mu[r];
+    }
+    // O[r][:] += sum_c P^T[c][r] V[c][:]
+    FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, ws + t->v, t->ldv, o, t->ldv, 1);
+  }
+
+  if (plan->num_splits == 1) {
+    for (int r = 0; r < nr; r++) {
+      float lse,
+          inv = fa_softmax_finalize(m[r], l[r], FA_FN(sink)(p, h), &lse);
+      FA_FN(store_row)(p, args, b, h, row0 + r, o + (size_t)r * t->ldv, inv,
+                       lse);
+    }
+    return;
+  }
+  float *pml = part->ml + (size_t)w * bq * 2;
+  float *po = part->o + (size_t)w * bq * dv;
+  for (int r = 0; r < nr; r++) {
+    pml[2 * r] = m[r];
+    pml[2 * r + 1] = l[r];
+    memcpy(po + (size_t)r * dv, o + (size_t)r * t->ldv, sizeof(float) * dv);
+  }
+}
+
+/* Merge the splits of one (b, h, q block), row by row, in split order. */
+static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
+                             const fa_fwd_args *args,
+                             const FA_FN(partials) * part, float *acc,
+                             int64_t w0) {
+  int b, h, qb, split;
+  fa_plan_work_item(p, plan, w0, &b, &h, &qb, &split);
+  const int sq = fa_seq_len_q(p, b), bq = plan->block_q, dv = p->a.head_dim_v;
+  const int row0 = qb * bq;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < bq ? sq - row0 : bq;
+  for (int r = 0; r < nr; r++) {
+    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, sizeof(float) * (size_t)dv);
+    for (int sp = 0; sp < plan->num_splits; sp++) {
+      const float *pml = part->ml + ((size_t)(w0 + sp) * bq + r) * 2;
+      const float *po = part->o + ((size_t)(w0 + sp) * bq + r) * dv;
+      fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
+    }
+    float lse, inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), &lse);
+    FA_FN(store_row)(p, args, b, h, row0 + r, acc, inv, lse);
+  }
+}
+
+static int FA_FN(thread_id)(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
+                                const fa_plan_data *plan,
+                                const fa_fwd_args *args) {
+  fa_cpu_state *st = state;
+  const FA_FN(tiles) t = FA_FN(tiles_layout)(plan, 0);
+  int nt = fa_cpu_threads(st);
+  if ((int64_t)nt > plan->num_work) nt = (int)plan->num_work;
+  if (nt < 1) nt = 1;
+  const int dv = p->a.head_dim_v, splits = plan->num_splits;
+  const int64_t nwork = plan->num_work;
+  size_t ml_floats = splits > 1 ? (size_t)nwork * plan->block_q * 2 : 0;
+  size_t po_floats = splits > 1 ? (size_t)nwork * plan->block_q * dv : 0;
+  size_t acc_pitch = ((size_t)dv + 15) / 16 * 16;
+  size_t merge_floats = splits > 1 ? (size_t)nt * acc_pitch : 0;
+  float *ws = fa_cpu_workspace(st, sizeof(float) * (t.total * nt + ml_floats +
+                                                    po_floats + merge_floats));
+  if (!ws) return FA_ERR_OUT_OF_MEMORY;
+  FA_FN(partials) part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
+  float *merge_acc = part.o + po_floats;
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = FA_FN(thread_id)();
+    float *mine = ws + t.total * (size_t)tid;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < nwork; w++)
+      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part);
+    if (splits > 1) {
+      float *acc = merge_acc + acc_pitch * (size_t)tid;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t w = 0; w < nwork; w += splits)
+        FA_FN(fwd_merge)(p, plan, args, &part, acc, w);
+    }
+  }
+  return FA_OK;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+// Three passes, each parallel without atomics and deterministic:
+//   1. D_i = rowsum(dO_i * O_i) for every query row;
+//   2. dK, dV: one item per (batch, kv head, kv block), over the q heads of
+//      its group and the q blocks that see the block;
+//   3. dQ: one item per (batch, q head, q block), over its kv blocks.
+// Splitting dQ from dK/dV recomputes two tile products (7 instead of 5) but
+// needs neither atomics nor an fp32 dQ accumulator the size of Q. Paged KV
+// may share a page between sequences: there pass 2 runs one item per kv
+// head and adds into dK/dV.
+
+typedef struct FA_FN(bwd) {
+  const fa_problem *p;
+  const fa_plan_data *plan;
+  const fa_bwd_args *args;
+  FA_FN(tiles) t;
+  float *delta; // D, [batch][heads_q][seqlen_q]
+} FA_FN(bwd);
+
+static int64_t FA_FN(row_index)(const fa_problem *p, int b, int h, int i) {
+  return ((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i;
+}
+
+static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
+                                 int h) {
+  const fa_problem *p = c->p;
+  const fa_tensor *o = &c->args->o, *d_o = &c->args->d_o;
+  const int sq = fa_seq_len_q(p, b), dv = p->a.head_dim_v;
+  float *ro = ws, *rd = ws + ((size_t)dv + 15) / 16 * 16;
+  for (int i = 0; i < sq; i++) {
+    fa_load_row(ro, o->data, o->dtype, fa_q_offset(p, o, b, i, h), dv);
+    fa_load_row(rd, d_o->data, d_o->dtype, fa_q_offset(p, d_o, b, i, h), dv);
+    float acc = 0.0f;
+    for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
+    c->delta[FA_FN(row_index)(p, b, h, i)] = acc;
+  }
+}
+
+/* Q-side tiles of (b, h, rows row0..): Q row-major and transposed, dO
+   row-major and transposed, and per-row lse and D (query lanes past nr get
+   lse 0 and D 0, so they produce P finite and dS = 0). */
+static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
+                               int row0, int nr) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const int bq = t->bq;
+  fa_cpu_load_q_rows(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr,
+                     p->a.head_dim);
+  fa_cpu_load_q_rows(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
+                     p->a.head_dim_v);
+  for (int r = 0; r < bq; r++)
+    for (int d = 0; d < p->a.head_dim; d++)
+      ws[t->qt + (size_t)d * bq + r] = r < nr ? ws[t->q + (size_t)r * t->ld + d] : 0.0f;
+  for (int r = 0; r < bq; r++)
+    for (int d = 0; d < p->a.head_dim_v; d++)
+      ws[t->dot + (size_t)d * bq + r] =
+          r < nr ? ws[t->d_o + (size_t)r * t->ldv + d] : 0.0f;
+  float *lse = ws + t->m, *dl = ws + t->l;
+  for (int r = 0; r < bq; r++) {
+    float x = r < nr ? c->args->lse[FA_FN(row_index)(p, b, h, row0 + r)] : 0.0f;
+    lse[r] = x == -INFINITY ? 0.0f : x; // such rows see no key: P = 0 anyway
+    dl[r] = r < nr ? c->delta[FA_FN(row_index)(p, b, h, row0 + r)] : 0.0f;
+  }
+}
+
+static void FA_FN(load_k_side)(const FA_FN(bwd) * c, float *ws, int b, int hk,
+                               int col0, int nc) {
+  const fa_problem *p = c->p;
+  fa_cpu_load_k_rows(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
+                     p->a.head_dim);
+  fa_cpu_load_k_rows(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
+                     p->a.head_dim_v);
+}
+
+/* With both sides loaded: P^T (in s) = exp(S^T - lse), dP^T = V.dO^T, and
+   dS^T (in dp) = P^T * (dP^T - D) * dscore. */
+static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
+                             int sq, int sk, int row0, int nr, int col0,
+                             int nc) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const int bq = t->bq;
+  float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
+  FA_FN(scores)(p, t, ws, h, sq, sk, row0, nr, col0, nc, g);
+  FA_FN(gemm)(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq,
+              dp, bq, 0);
+  const float *lse = ws + t->m, *dl = ws + t->l;
+  for (int j = 0; j < nc; j++)
+    for (int r = 0; r < bq; r += FA_VW) {
+      size_t at = (size_t)j * bq + r;
+      fa_vf pr = vf_exp(vf_sub(vf_load(s + at), vf_load(lse + r)));
+      vf_store(s + at, pr);
+      fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load(dp + at), vf_load(dl + r))),
+                        vf_load(g + at));
+      vf_store(dp + at, ds);
+    }
+}
+
+static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
+                                  int hk, int kb) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  const int bq = t->bq;
+  memset(ws + t->acc, 0, sizeof(float) * (size_t)t->bk * t->ld);
+  memset(ws + t->accv, 0, sizeof(float) * (size_t)t->bk * t->ldv);
+  FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
+  const int nqb = (sq + bq - 1) / bq;
+  for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
+    for (int qb = 0; qb < nqb; qb++) {
+      int kb0, kb1;
+      fa_plan_kv_blocks(p, c->plan, sq, sk, qb, &kb0, &kb1);
+      if (kb < kb0 || kb >= kb1) continue;
+      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+      FA_FN(load_q_side)(c, ws, b, h, row0, nr);
+      FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+      // dV[c][:] += sum_r P^T[c][r] dO[r][:];  dK[c][:] += dS^T[c][r] Q[r][:]
+      FA_FN(gemm)(nc, p->a.head_dim_v, nr, ws + t->s, bq, 1, ws + t->d_o,
+                  t->ldv, ws + t->accv, t->ldv, 1);
+      FA_FN(gemm)(nc, p->a.head_dim, nr, ws + t->dp, bq, 1, ws + t->q, t->ld,
+                  ws + t->acc, t->ld, 1);
+    }
+}
+
+/* Write (or, for paged pools, add) the dK/dV rows of a kv block. */
+static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
+                                  int b, int hk, int kb, int add) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
+  const int sk = fa_seq_len_k(p, b);
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  for (int j = 0; j < nc; j++) {
+    int64_t ok = fa_k_offset(p, dk, b, col0 + j, hk);
+    int64_t ov = fa_k_offset(p, dvt, b, col0 + j, hk);
+    const float *a = ws + t->acc + (size_t)j * t->ld;
+    const float *av = ws + t->accv + (size_t)j * t->ldv;
+    for (int d = 0; d < p->a.head_dim; d++)
+      fa_store(dk->data, dk->dtype, ok + d,
+               a[d] + (add ? fa_load(dk->data, dk->dtype, ok + d) : 0.0f));
+    for (int d = 0; d < p->a.head_dim_v; d++)
+      fa_store(dvt->data, dvt->dtype, ov + d,
+               av[d] + (add ? fa_load(dvt->data, dvt->dtype, ov + d) : 0.0f));
+  }
+}
+
+/* Zero dK/dV rows: keys [j0, j1) of sequence b (dense rows past seqused_k
+   get zero gradient; paged pools are zeroed before accumulation). */
+static void FA_FN(zero_kv_rows)(const FA_FN(bwd) * c, int b, int hk, int j0,
+                                int j1) {
+  const fa_problem *p = c->p;
+  const fa_tensor *ts[2] = {&c->args->dk, &c->args->dv};
+  const int dims[2] = {p->a.head_dim, p->a.head_dim_v};
+  for (int j = j0; j < j1; j++)
+    for (int x = 0; x < 2; x++) {
+      int64_t off = fa_k_offset(p, ts[x], b, j, hk);
+      for (int d = 0; d < dims[x]; d++)
+        fa_store(ts[x]->data, ts[x]->dtype, off + d, 0.0f);
+    }
+}
+
+static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
+                                 int h, int qb) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int bq = t->bq, row0 = qb * bq;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < bq ? sq - row0 : bq;
+  const int dim = p->a.head_dim, hk = h / p->group;
+  float *acc = ws + t->acc;
+  memset(acc, 0, sizeof(float) * (size_t)bq * t->ld);
+  FA_FN(load_q_side)(c, ws, b, h, row0, nr);
+  int kb0, kb1;
+  fa_plan_kv_blocks(p, c->plan, sq, sk, qb, &kb0, &kb1);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
+    FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+    // dQ[r][:] += sum_c dS^T[c][r] K[c][:]
+    FA_FN(gemm)(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc, t->ld,
+                1);
+  }
+  const fa_tensor *dq = &c->args->dq;
+  for (int r = 0; r < nr; r++)
+    fa_store_row(dq->data, dq->dtype, fa_q_offset(p, dq, b, row0 + r, h),
+                 acc + (size_t)r * t->ld, dim);
+}
+
+fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
+                                 const fa_plan_data *plan,
+                                 const fa_bwd_args *args) {
+  fa_cpu_state *st = state;
+  FA_FN(bwd) c = {p, plan, args, FA_FN(tiles_layout)(plan, 1), NULL};
+  const int B = p->a.batch, HQ = p->a.heads_q, HK = p->a.heads_kv;
+  const int nkb = plan->num_k_blocks, nqb = plan->num_q_blocks;
+  int nt = fa_cpu_threads(st);
+  if (nt < 1) nt = 1;
+  size_t delta_floats = ((size_t)B * HQ * p->a.seqlen_q + 15) / 16 * 16;
+  size_t row_floats = 2 * (((size_t)p->a.head_dim_v + 15) / 16 * 16);
+  size_t per_thread = c.t.total > row_floats ? c.t.total : row_floats;
+  float *ws = fa_cpu_workspace(
+      st, sizeof(float) * (delta_floats + per_thread * (size_t)nt));
+  if (!ws) return FA_ERR_OUT_OF_MEMORY;
+  c.delta = ws;
+  float *tiles = ws + delta_floats;
+  const int64_t n_bh = (int64_t)B * HQ;
+  const int64_t n_kv = p->paged ? HK : (int64_t)B * HK * nkb;
+  const int64_t n_q = (int64_t)B * HQ * nqb;
+
+#pragma omp parallel num_threads(nt)
+  {
+    float *mine = tiles + per_thread * (size_t)FA_FN(thread_id)();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_bh; i++)
+      FA_FN(compute_delta)(&c, mine, (int)(i / HQ), (int)(i % HQ));
+    // (implicit barrier: every D is ready)
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_kv; i++) {
+      if (p->paged) {
+        const int hk = (int)i;
+        for (int b = 0; b < B; b++)
+          FA_FN(zero_kv_rows)(&c, b, hk, 0, fa_seq_len_k(p, b));
+        for (int b = 0; b < B; b++)
+          for (int kb = 0; kb * c.t.bk < fa_seq_len_k(p, b); kb++) {
+            FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
+            FA_FN(store_kv_block)(&c, mine, b, hk, kb, 1);
+          }
+      } else {
+        const int kb = (int)(i % nkb), hk = (int)(i / nkb % HK),
+                  b = (int)(i / nkb / HK);
+        const int sk = fa_seq_len_k(p, b);
+        if (kb == 0) {
+          int rows = p->varlen_k
+                         ? p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b]
+                         : p->a.seqlen_k;
+          FA_FN(zero_kv_rows)(&c, b, hk, sk, rows);
+        }
+        if (kb * c.t.bk < sk) {
+          FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
+          FA_FN(store_kv_block)(&c, mine, b, hk, kb, 0);
+        }
+      }
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_q; i++)
+      FA_FN(q_block_grads)(&c, mine, (int)(i / nqb / HQ),
+                           (int)(i / nqb % HQ), (int)(i % nqb));
+  }
+  return FA_OK;
+}

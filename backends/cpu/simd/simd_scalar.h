@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: MIT
+// Vocabulary for the portable build: a "vector" is one float. The kernel
+// body compiled against it is plain C11 (the compiler may still vectorise
+// its independent loops for the baseline ISA).
+#ifndef FA_SIMD_H
+#define FA_SIMD_H
+#include <math.h>
+
+#define FA_ISA_NAME "scalar"
+#define FA_VW 1 // floats per vector
+#define FA_MR 4 // rows of the GEMM micro-tile
+#define FA_NV 4 // vectors across the GEMM micro-tile
+
+typedef float fa_vf;
+static inline fa_vf vf_zero(void) { return 0.0f; }
+static inline fa_vf vf_set1(float x) { return x; }
+static inline fa_vf vf_load(const float *p) { return *p; }
+static inline void vf_store(float *p, fa_vf v) { *p = v; }
+static inline fa_vf vf_load_part(const float *p, int n) { return n ? *p : 0.0f; }
+static inline void vf_store_part(float *p, fa_vf v, int n) { if (n) *p = v; }
+static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return a * b + c; }
+static inline fa_vf vf_add(fa_vf a, fa_vf b) { return a + b; }
+static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return a - b; }
+static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return a * b; }
+static inline fa_vf vf_max(fa_vf a, fa_vf b) { return a > b ? a : b; }
+static inline fa_vf vf_exp(fa_vf a) { return expf(a); }
+/* -inf lanes become 0: the reference point of a row that has seen no key. */
+static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : a; }
+#endif
