@@ -77,7 +77,7 @@ static void caps_for(void *state, fa_caps *caps, int vector_floats) {
   caps->fast_mem_bytes = l2_bytes() / 2; // the rest streams K/V and O rows
   caps->num_workers = fa_cpu_threads(state);
   caps->tile_align = vector_floats;
-  caps->max_block_q = 64;
+  caps->max_block_q = vector_floats > 1 ? 128 : 64;
   caps->max_block_k = 64;
   caps->max_splits = 64;
 }

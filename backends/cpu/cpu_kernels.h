@@ -218,12 +218,12 @@ static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
    also d(score)/d(q.k) per element (backward's chain rule). Masked entries
    are -INFINITY; query lanes past nr are left as computed (finite). */
 static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
-                          float *ws, int h, int sq, int sk, int row0, int nr,
-                          int col0, int nc, float *grad) {
+                          float *ws, const float *k, int64_t ldk, int h,
+                          int sq, int sk, int row0, int nr, int col0, int nc,
+                          float *grad) {
   float *s = ws + t->s;
   const int bq = t->bq;
-  FA_FN(gemm)(nc, bq, p->a.head_dim, ws + t->k, t->ld, 1, ws + t->qt, bq, s,
-              bq, 0);
+  FA_FN(gemm)(nc, bq, p->a.head_dim, k, ldk, 1, ws + t->qt, bq, s, bq, 0);
   const fa_vf vscale = vf_set1(p->a.scale);
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
   const int shift = fa_diag_shift(p, sq, sk);
@@ -335,13 +335,24 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   int kb0, kb1, s0, s1;
   fa_plan_kv_blocks(p, plan, sq, sk, qb, &kb0, &kb1);
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
+  const int direct = p->dtype == FA_F32 && !p->paged;
   for (int kb = s0; kb < s1; kb++) {
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-    fa_cpu_load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
-                       p->a.head_dim);
-    fa_cpu_load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
-    FA_FN(scores)(p, t, ws, h, sq, sk, row0, nr, col0, nc, NULL);
+    const float *k = ws + t->k, *v = ws + t->v;
+    int64_t ldk = t->ld, ldv = t->ldv;
+    if (direct) {
+      // fp32 rows in place: no copy, the same reads the copy would make.
+      k = (const float *)args->k.data + fa_k_offset(p, &args->k, b, col0, hk);
+      v = (const float *)args->v.data + fa_k_offset(p, &args->v, b, col0, hk);
+      ldk = args->k.stride_seq;
+      ldv = args->v.stride_seq;
+    } else {
+      fa_cpu_load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
+                         p->a.head_dim);
+      fa_cpu_load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+    }
+    FA_FN(scores)(p, t, ws, k, ldk, h, sq, sk, row0, nr, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);
     for (int r = 0; r < nr; r++) {
       if (mu[r] == 1.0f) continue;
@@ -352,7 +363,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (; d < dv; d++) orow[d] *= mu[r];
     }
     // O[r][:] += sum_c P^T[c][r] V[c][:]
-    FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, ws + t->v, t->ldv, o, t->ldv, 1);
+    FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
   }
 
   if (plan->num_splits == 1) {
@@ -525,7 +536,7 @@ static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
   const FA_FN(tiles) *t = &c->t;
   const int bq = t->bq;
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
-  FA_FN(scores)(p, t, ws, h, sq, sk, row0, nr, col0, nc, g);
+  FA_FN(scores)(p, t, ws, ws + t->k, t->ld, h, sq, sk, row0, nr, col0, nc, g);
   FA_FN(gemm)(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq,
               dp, bq, 0);
   const float *lse = ws + t->m, *dl = ws + t->l;
