@@ -82,6 +82,22 @@ fa_status fa_host_merge_states(void *state, int n, const fa_tensor *o_parts,
                                int seqlen, int heads, int head_dim,
                                fa_tensor o, float *lse);
 
+/* ---- loadable modules (GPU backends) --------------------------------------
+   A module is a shared library (libflashattn-cuda.so, ...) that the core
+   dlopens at first use, so one build of the core runs on machines without a
+   GPU runtime. It exports FA_MODULE_ENTRY; the core hands it the services
+   below (its thread-local error, its log) and receives its backends. */
+typedef struct fa_core_services {
+  int api_version; // FA_BACKEND_API_VERSION
+  fa_status (*fail)(fa_status s, const char *fmt, ...);
+  void (*log)(const char *fmt, ...);
+  int (*log_enabled)(void);
+} fa_core_services;
+
+typedef const fa_backend *const *(*fa_module_entry_fn)(
+    const fa_core_services *core, int *count);
+#define FA_MODULE_ENTRY "fa_module_backends"
+
 /* Backends compiled into this library (defined by each backend). */
 #ifdef FA_HAVE_CPU
 extern const fa_backend fa_backend_cpu_scalar;

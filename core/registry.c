@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
+#define _GNU_SOURCE 1 // dladdr
 #include "registry.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,20 +31,92 @@ static int num_entries;
 static int log_dispatch;
 static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 
+static void add_backend(const fa_backend *b) {
+  if (num_entries >= FA_MAX_BACKENDS) return;
+  fa_registry_entry *e = &entries[num_entries++];
+  e->backend = b;
+  if (b->api_version != FA_BACKEND_API_VERSION) {
+    snprintf(e->why, sizeof e->why, "backend API version %d, core expects %d",
+             b->api_version, FA_BACKEND_API_VERSION);
+    return;
+  }
+  e->usable = b->probe(e->why, sizeof e->why);
+}
+
+static int log_enabled(void) { return log_dispatch; }
+
+static const fa_core_services core_services = {
+    FA_BACKEND_API_VERSION, fa_fail, fa_log, log_enabled};
+
+/* A module that is built but cannot load still appears in fa_explain and
+   dispatch logs, as a placeholder entry saying why. */
+typedef struct module_slot {
+  const char *file;     // "libflashattn-cuda.so"
+  fa_backend placeholder; // name/kind/rank for the "unavailable" line
+} module_slot;
+
+static module_slot modules[] = {
+#ifdef FA_HAVE_CUDA_MODULE
+    {"libflashattn-cuda.so", {.name = "cuda", .kind = FA_BACKEND_CUDA, .rank = 100}},
+#endif
+#ifdef FA_HAVE_HIP_MODULE
+    {"libflashattn-hip.so", {.name = "hip", .kind = FA_BACKEND_HIP, .rank = 100}},
+#endif
+    {NULL, {0}}};
+
+/* Look beside libflashattn first (installed or build tree), then in
+   FLASHATTN_MODULE_PATH, then the loader's default search path. */
+static void *open_module(const char *file, char *why, size_t len) {
+  char path[4096];
+  const char *dirs[2] = {NULL, getenv("FLASHATTN_MODULE_PATH")};
+  Dl_info self;
+  char here[4096] = "";
+  if (dladdr((void *)&fa_registry_size, &self) && self.dli_fname) {
+    snprintf(here, sizeof here, "%s", self.dli_fname);
+    char *slash = strrchr(here, '/');
+    if (slash) *slash = '\0'; else here[0] = '\0';
+    dirs[0] = here;
+  }
+  for (int i = 0; i < 2; i++) {
+    if (!dirs[i] || !*dirs[i]) continue;
+    snprintf(path, sizeof path, "%s/%s", dirs[i], file);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h) return h;
+  }
+  void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+  if (!h) snprintf(why, len, "module %s not loaded: %s", file, dlerror());
+  return h;
+}
+
+static void load_modules(void) {
+  for (module_slot *m = modules; m->file; m++) {
+    char why[192] = "";
+    void *h = open_module(m->file, why, sizeof why);
+    fa_module_entry_fn entry =
+        h ? (fa_module_entry_fn)dlsym(h, FA_MODULE_ENTRY) : NULL;
+    int count = 0;
+    const fa_backend *const *list = entry ? entry(&core_services, &count) : NULL;
+    if (h && !entry)
+      snprintf(why, sizeof why, "module %s lacks %s", m->file, FA_MODULE_ENTRY);
+    else if (entry && !list)
+      snprintf(why, sizeof why, "module %s refused to start", m->file);
+    if (!list) {
+      if (num_entries >= FA_MAX_BACKENDS) continue;
+      fa_registry_entry *e = &entries[num_entries++];
+      e->backend = &m->placeholder;
+      e->usable = 0;
+      snprintf(e->why, sizeof e->why, "%s", why);
+      continue; // (a module that failed stays loaded: harmless, and safe)
+    }
+    for (int i = 0; i < count; i++) add_backend(list[i]);
+  }
+}
+
 static void registry_init(void) {
   const char *env = getenv("FA_LOG");
   log_dispatch = env && strstr(env, "dispatch") != NULL;
-  for (int i = 0; compiled_in[i] && num_entries < FA_MAX_BACKENDS; i++) {
-    const fa_backend *b = compiled_in[i];
-    fa_registry_entry *e = &entries[num_entries++];
-    e->backend = b;
-    if (b->api_version != FA_BACKEND_API_VERSION) {
-      snprintf(e->why, sizeof e->why, "backend API version %d, core expects %d",
-               b->api_version, FA_BACKEND_API_VERSION);
-      continue;
-    }
-    e->usable = b->probe(e->why, sizeof e->why);
-  }
+  for (int i = 0; compiled_in[i]; i++) add_backend(compiled_in[i]);
+  load_modules();
   // Best first: insertion sort by rank (a handful of entries).
   for (int i = 1; i < num_entries; i++)
     for (int j = i; j > 0 && entries[j].backend->rank >
