@@ -72,6 +72,7 @@ static inline void fa_visible_keys(const fa_problem *p, int i, int sq, int sk,
   int64_t l = p->a.window_left < 0 ? 0 : diag - p->a.window_left;
   int64_t h = p->a.window_right < 0 ? sk : diag + p->a.window_right + 1;
   if (l < 0) l = 0;
+  if (l > sk) l = sk;
   if (h > sk) h = sk;
   if (h < l) h = l;
   *lo = (int)l;

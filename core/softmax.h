@@ -17,7 +17,8 @@
    (alpha = 1, P = 0). */
 static inline float fa_softmax_update(float *m, float *l, float *s, int n) {
   float mx = *m;
-  for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  // A NaN score must reach O and l, never be skipped as "not larger".
+  for (int j = 0; j < n; j++) mx = (s[j] > mx || isnan(s[j])) ? s[j] : mx;
   if (mx == -INFINITY) {
     for (int j = 0; j < n; j++) s[j] = 0.0f;
     return 1.0f;

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// Dispatch is never silent and can be steered from the environment:
+//   log          FA_LOG=dispatch prints every candidate, taken or skipped
+//                with its reason, to stderr;
+//   force        FLASHATTN_BACKEND=cpu-scalar binds AUTO contexts to it;
+//   nonexistent  FLASHATTN_BACKEND=<unknown> makes AUTO fail with
+//                FA_ERR_NO_DEVICE and a message naming it.
+// CTest sets the variables; each mode also sets them itself before the
+// library's first use, so the binary can be run by hand too.
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <unistd.h>
+
+#include "api_util.h"
+
+static fa_status tiny_forward(fa_context *c, int head_dim) {
+  enum { N = 2 * 3 * 600 };
+  static float q[N], k[N], v[N], o[N], lse[8];
+  for (int i = 0; i < N; i++) q[i] = k[i] = v[i] = (float)(i % 7) * 0.1f;
+  fa_attention a;
+  fa_attention_init(&a);
+  a.batch = 1;
+  a.seqlen_q = 2;
+  a.seqlen_k = 3;
+  a.heads_q = a.heads_kv = 1;
+  a.head_dim = head_dim;
+  return fa_forward(c, &a, au_bshd(q, 2, 1, head_dim), au_bshd(k, 3, 1, head_dim),
+                    au_bshd(v, 3, 1, head_dim), au_bshd(o, 2, 1, head_dim),
+                    lse);
+}
+
+// Run fn with stderr captured into out (NUL-terminated).
+static void capture_stderr(void (*fn)(void), char *out, size_t len) {
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  int saved = dup(2);
+  if (!tmp || saved < 0 || dup2(fileno(tmp), 2) < 0) {
+    CHECK(0, "cannot redirect stderr");
+    out[0] = '\0';
+    fn();
+    return;
+  }
+  fn();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t n = fread(out, 1, len - 1, tmp);
+  out[n] = '\0';
+  fclose(tmp);
+}
+
+static void log_body(void) {
+  fa_context *c = NULL;
+  fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
+  if (s != FA_OK) return;
+  (void)tiny_forward(c, 8);
+  (void)tiny_forward(c, 600);
+  fa_context_destroy(c);
+}
+
+static int mode_log(void) {
+  unsetenv("FLASHATTN_BACKEND");
+  const char *env = getenv("FA_LOG");
+  if (!env || !strstr(env, "dispatch")) setenv("FA_LOG", "dispatch", 1);
+  static char log[1 << 16];
+  capture_stderr(log_body, log, sizeof log);
+  fprintf(stdout, "captured stderr:\n%s", log);
+  for (int i = 0; i < fa_backend_count(); i++)
+    CHECK(strstr(log, fa_backend_name(i)) != NULL,
+          "backend %s never mentioned in the dispatch log", fa_backend_name(i));
+  // A line that takes cpu-scalar (or the best backend) for head_dim 8...
+  CHECK(strstr(log, "taken") != NULL, "no 'taken' line in the dispatch log");
+  // ...and a line that skips it for head_dim 600, with the reason.
+  int skip_line = 0;
+  for (const char *ln = log; ln && *ln;) {
+    const char *eol = strchr(ln, '\n');
+    char line[512];
+    size_t n = eol ? (size_t)(eol - ln) : strlen(ln);
+    if (n >= sizeof line) n = sizeof line - 1;
+    memcpy(line, ln, n);
+    line[n] = '\0';
+    if (strstr(line, "skip") && strstr(line, "head_dim") &&
+        strstr(line, "600") && strstr(line, "cpu"))
+      skip_line = 1;
+    ln = eol ? eol + 1 : NULL;
+  }
+  CHECK(skip_line, "no line skips a CPU backend for head_dim 600 with the "
+                   "reason");
+  // AUTO binds the best-ranked backend.
+  fa_context *c = NULL;
+  if (fa_context_create(&c, FA_BACKEND_AUTO, 0) == FA_OK) {
+    CHECK(strcmp(fa_context_backend(c), fa_backend_name(0)) == 0,
+          "AUTO context uses %s, best ranked is %s", fa_context_backend(c),
+          fa_backend_name(0));
+    fa_context_destroy(c);
+  }
+  return ut_finish("test_api_dispatch log");
+}
+
+static int mode_force(void) {
+  const char *env = getenv("FLASHATTN_BACKEND");
+  if (!env || strcmp(env, "cpu-scalar") != 0)
+    setenv("FLASHATTN_BACKEND", "cpu-scalar", 1);
+  fa_context *c = NULL;
+  fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
+  EXPECT_OK("AUTO with FLASHATTN_BACKEND=cpu-scalar", s);
+  if (s == FA_OK) {
+    CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
+          "forced context uses %s", fa_context_backend(c));
+    EXPECT_OK("forced forward", tiny_forward(c, 8));
+    // Forcing never falls back: head_dim 600 stays unsupported.
+    s = tiny_forward(c, 600);
+    EXPECT_FAIL("forced, head_dim 600", s, FA_ERR_UNSUPPORTED, "head_dim",
+                "600");
+    fa_context_destroy(c);
+  }
+  char buf[2048];
+  fa_attention a;
+  fa_attention_init(&a);
+  a.batch = a.seqlen_q = a.seqlen_k = a.heads_q = a.heads_kv = 1;
+  a.head_dim = 8;
+  fa_explain(&a, FA_F32, buf, sizeof buf);
+  printf("explain:\n%s", buf);
+  CHECK(strstr(buf, "cpu-scalar") && strstr(buf, "taken"),
+        "explain under FLASHATTN_BACKEND=cpu-scalar: %s", buf);
+  return ut_finish("test_api_dispatch force");
+}
+
+static int mode_nonexistent(void) {
+  const char *env = getenv("FLASHATTN_BACKEND");
+  if (!env || !*env || strcmp(env, "cpu-scalar") == 0)
+    setenv("FLASHATTN_BACKEND", "nonexistent-backend", 1);
+  env = getenv("FLASHATTN_BACKEND");
+  fa_context *const sentinel = (fa_context *)(uintptr_t)0x99;
+  fa_context *c = sentinel;
+  fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
+  EXPECT_FAIL("AUTO with FLASHATTN_BACKEND unknown", s, FA_ERR_NO_DEVICE,
+              NULL, NULL);
+  CHECK(strstr(fa_last_error(), env) != NULL,
+        "message \"%s\" does not name \"%s\"", fa_last_error(), env);
+  CHECK(strstr(fa_last_error(), "FLASHATTN_BACKEND") != NULL,
+        "message \"%s\" does not say where the name came from",
+        fa_last_error());
+  CHECK(c == sentinel, "ctx written by a failing create");
+  if (s == FA_OK) fa_context_destroy(c);
+  return ut_finish("test_api_dispatch nonexistent");
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "log") == 0) return mode_log();
+  if (strcmp(mode, "force") == 0) return mode_force();
+  if (strcmp(mode, "nonexistent") == 0) return mode_nonexistent();
+  fprintf(stderr, "usage: %s log|force|nonexistent\n", argv[0]);
+  return 2;
+}

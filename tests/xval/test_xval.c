@@ -1,0 +1,1056 @@
+// SPDX-License-Identifier: MIT
+// Cross-validation driver: runs every case of a group on one backend (or on
+// every usable backend) and checks the library against the float64 oracle.
+//
+//   test_xval --backend NAME|all --group GROUP|all [--case N] [--list]
+//             [--verbose] [--seed S]
+//
+// Per case, all of these must hold:
+//   - the call returns FA_OK (FA_ERR_UNSUPPORTED makes the case a SKIP, and
+//     then every output must still hold its poison: failing calls write
+//     nothing);
+//   - guard bands around every buffer are intact bit for bit, inputs (and
+//     the problem's arrays) are unchanged, and elements of an output buffer
+//     that are not part of the view (stride padding, pages the block table
+//     does not name) still hold their poison;
+//   - no NaN/Inf where the oracle has none; a row with no visible key is
+//     exactly 0 with lse -inf (or the sink logit);
+//   - the relative Frobenius error against the oracle is within the bound:
+//       forward f32:  o 1e-5, lse 1e-5 (see fwd_bound());
+//       f16/bf16:     2 x the naive same-precision error + a floor
+//                     (the FlashAttention rule; see fwd_bound(), bwd_bound());
+//   - fwd.plan cases: fa_plan_forward is bit-identical to fa_forward, and
+//     fa_forward is bit-identical run to run.
+// Exit status: 0 all passed, 1 a case failed, 77 (SKIP) when the backend is
+// not usable here or it supports none of the group's cases.
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashattn.h"
+#include "oracle.h"
+#include "tensor.h"
+#include "xval.h"
+
+enum { R_PASS = 0, R_FAIL = 1, R_SKIP = 2 };
+
+/* ---- error bounds ---------------------------------------------------------- */
+
+/* Forward bound on the relative Frobenius error of O.
+   f32: 1e-5. The library accumulates in fp32: every output element is a
+   convex combination of v rows computed with fp32 sums of at most ~2k terms,
+   whose relative error grows like sqrt(n) * 2^-24 ~ 3e-6 for n = 2048 in the
+   worst case we run (measured: 1e-7..6e-7 on this grid); an indexing or
+   masking bug gives errors of 1e-2 and up.
+   f16/bf16: 2 x err(naive same-precision attention) + 1e-3. The naive
+   attention rounds P and O to the storage type, so its error (measured
+   ~0.6 unit roundoff: f16 ~3e-4, bf16 ~2.4e-3) is the unavoidable cost of
+   that type; the library may be at most twice as bad. The floor covers
+   cases where the naive result happens to be exact or nearly so (every row
+   sees one key: O = v bit for bit) while a library legitimately differs by
+   its own final rounding of O: 1e-3 is ~2 f16 unit roundoffs (2^-11), and
+   about the rms error of one bf16 rounding (2^-8 / sqrt(12) * 2 ~ 1.1e-3). */
+static double fwd_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 1e-5;
+  return 2.0 * naive_err + 1e-3;
+}
+
+/* LSE is fp32 for every dtype and depends only on the scores, which are
+   exact products of storage values summed in fp32: 1e-5 (relative to
+   max(|lse|, 1), see ts_lse_err; measured ~5e-8). For f16/bf16 the naive
+   rule is added in case a backend computes scores from rounded
+   intermediates. */
+static double lse_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 1e-5;
+  return 2.0 * naive_err + 1e-5;
+}
+
+/* Backward bound on the relative Frobenius error of dq, dk, dv.
+   Backward is less well conditioned than forward: dS = P * (dP - D)
+   subtracts D = rowsum(dO * O) from dP, so rounding errors in O (stored
+   in the storage type by the forward) and in the dot products are
+   amplified where dP ~ D; dq/dk are sums of such terms over a whole row or
+   column.
+   f32: 2e-5, twice the forward bound for that amplification (measured
+   2e-7..5e-7 on this grid, so still a 40x margin).
+   f16/bf16: 2 x err(naive same-precision backward, which rounds P, dS, O
+   and the gradients to the storage type; measured ~0.6-0.7 unit roundoff)
+   + the forward's floor of 1e-3, for the same reason. */
+static double bwd_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 2e-5;
+  return 2.0 * naive_err + 1e-3;
+}
+
+/* The naive same-precision result must itself agree with the oracle to a
+   few unit roundoffs (it does, at ~0.6 u): if it does not, the two
+   references disagree on semantics and the 2x rule would be vacuous. 16 u
+   (f16 7.8e-3, bf16 6.3e-2) is far above any rounding effect and far below
+   any semantic difference (1e-1 and up). */
+static int naive_sane(fa_dtype t, double naive_err) {
+  return t == FA_F32 || naive_err <= 16.0 * ts_unit_roundoff(t);
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+typedef struct msgbuf {
+  char text[4096];
+  size_t len;
+  int count;
+} msgbuf;
+
+static void msg(msgbuf *m, const char *fmt, ...) {
+  m->count++;
+  if (m->count > 12 || m->len >= sizeof m->text - 1) return;
+  m->len += (size_t)snprintf(m->text + m->len, sizeof m->text - m->len,
+                             "    - ");
+  if (m->len >= sizeof m->text - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(m->text + m->len, sizeof m->text - m->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) m->len += (size_t)n;
+  while (m->len > 0 && m->text[m->len - 1] == '\n') m->len--;
+  if (m->len > sizeof m->text - 2) m->len = sizeof m->text - 2;
+  m->text[m->len++] = '\n';
+  m->text[m->len] = 0;
+}
+
+/* ---- a case's buffers ------------------------------------------------------ */
+
+typedef struct xt {
+  ts_buf *buf;
+  size_t off;   /* element offset of the view's first element in buf */
+  fa_tensor t;  /* host view */
+  fa_tensor d;  /* view in the context's memory space */
+  int klike;    /* rows are keys (paged / cu_seqlens_k) rather than queries */
+  int heads, dim;
+} xt;
+
+enum { B_Q, B_K, B_V, B_DO, B_O, B_DQ, B_DK, B_DV, B_LSE, B_CUQ, B_CUK,
+       B_USED, B_TABLE, B_SLOPES, B_SINKS, NBUF };
+
+typedef struct xs {
+  const xcase *c;
+  fa_context *ctx;
+  fa_attention a;  /* arrays on the host: for the oracle and for indexing */
+  fa_attention ad; /* arrays in the context's memory: for the library */
+  int *lq, *lk, *store_k;
+  int32_t *cuq, *cuk, *used, *table;
+  float *slopes, *sinks;
+  int num_pages, mbps;
+  ts_buf buf[NBUF];
+  unsigned char *snap[NBUF]; /* host copies of inputs, guards included */
+  xt q, k, v, o, d_o, dq, dk, dv;
+} xs;
+
+static size_t alloc_bytes(const ts_buf *b) {
+  return b->bytes + 2 * (size_t)TS_GUARD_BYTES;
+}
+
+static int rows_of(const xs *s, int klike, int b) {
+  return klike ? s->lk[b] : s->lq[b];
+}
+
+static int64_t elem_index(const xs *s, const xt *x, int b, int r, int h) {
+  return x->klike ? fa_oracle_k_index(&s->a, &x->t, b, r, h)
+                  : fa_oracle_q_index(&s->a, &x->t, b, r, h);
+}
+
+static int xt_init(xt *x, ts_buf *buf, fa_dtype dt, int layout, int nb,
+                   int ns, int nh, int nd, int pad, int varlen, int klike) {
+  memset(x, 0, sizeof *x);
+  x->t.dtype = dt;
+  size_t n = ts_make_strides(layout, nb, ns, nh, nd, pad, &x->t);
+  if (varlen) x->t.stride_batch = 0;
+  if (ts_buf_alloc(buf, n * ts_dtype_size(dt))) return -1;
+  ts_poison(buf->host, dt, n);
+  x->buf = buf;
+  x->t.data = buf->host;
+  x->klike = klike;
+  x->heads = nh;
+  x->dim = nd;
+  return 0;
+}
+
+static void xt_dev(xt *x) {
+  x->d = x->t;
+  x->d.data = (unsigned char *)ts_buf_dev(x->buf) +
+              x->off * ts_dtype_size(x->t.dtype);
+}
+
+/* Random N(0,1) values (rounded to the dtype) in every logical element. */
+static void fill(xs *s, xt *x, ts_rng *r) {
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c, (float)ts_rng_normal(r));
+      }
+}
+
+static void xs_free(xs *s) {
+  for (int i = 0; i < NBUF; i++) {
+    if (s->buf[i].alloc) ts_buf_free(s->ctx, &s->buf[i]);
+    free(s->snap[i]);
+  }
+  free(s->lq);
+  free(s->lk);
+  free(s->store_k);
+  free(s->cuq);
+  free(s->cuk);
+  free(s->used);
+  free(s->table);
+  free(s->slopes);
+  free(s->sinks);
+}
+
+/* An int/float array of the problem as a guarded buffer; the device pointer
+   is patched in after the upload. */
+static int arr_buf(xs *s, int id, const void *src, size_t bytes) {
+  if (ts_buf_alloc(&s->buf[id], bytes)) return -1;
+  memcpy(s->buf[id].host, src, bytes);
+  return 0;
+}
+
+static uint64_t str_hash(const char *str) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *str; str++) h = (h ^ (unsigned char)*str) * 1099511628211ull;
+  return h;
+}
+
+/* Build the problem and every buffer of case c. Structure (lengths, page
+   shuffles) comes from the case's identity; data from the run's seed. */
+static int xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed,
+                    uint64_t data_seed) {
+  memset(s, 0, sizeof *s);
+  s->c = c;
+  s->ctx = ctx;
+  ts_rng sr, dr;
+  ts_rng_seed(&sr, struct_seed);
+  ts_rng_seed(&dr, data_seed);
+  int B = c->b;
+  s->lq = calloc((size_t)B, sizeof(int));
+  s->lk = calloc((size_t)B, sizeof(int));
+  s->store_k = calloc((size_t)B, sizeof(int));
+  if (!s->lq || !s->lk || !s->store_k) return -1;
+
+  // Lengths: sequence 0 has the maxima; with 3+ sequences one has no
+  // queries, one no keys (storage or seqused), the rest are random.
+  for (int b = 0; b < B; b++) {
+    s->lq[b] = c->sq;
+    if (c->varlen && b > 0)
+      s->lq[b] = (B >= 3 && b == 1) ? 0 : ts_rng_int(&sr, 0, c->sq);
+    s->store_k[b] = c->sk;
+    if (c->varlen == 1 && b > 0)
+      s->store_k[b] = (B >= 3 && b == 2) ? 0 : ts_rng_int(&sr, 0, c->sk);
+    s->lk[b] = s->store_k[b];
+    if (c->seqused && b > 0)
+      s->lk[b] = (B >= 3 && b == B - 1) ? 0 : ts_rng_int(&sr, 0, s->store_k[b]);
+  }
+
+  fa_attention *a = &s->a;
+  fa_attention_init(a);
+  a->batch = B;
+  a->seqlen_q = c->sq;
+  a->seqlen_k = c->sk;
+  a->heads_q = c->hq;
+  a->heads_kv = c->hkv;
+  a->head_dim = c->d;
+  a->head_dim_v = c->hdv0 ? 0 : c->dv;
+  a->scale = c->scale;
+  a->causal = c->causal;
+  a->window_left = c->wl;
+  a->window_right = c->wr;
+  a->softcap = c->cap;
+
+  if (c->varlen) {
+    s->cuq = malloc(sizeof(int32_t) * (B + 1));
+    if (!s->cuq) return -1;
+    s->cuq[0] = 0;
+    for (int b = 0; b < B; b++) s->cuq[b + 1] = s->cuq[b] + s->lq[b];
+    a->cu_seqlens_q = s->cuq;
+    if (arr_buf(s, B_CUQ, s->cuq, sizeof(int32_t) * (B + 1))) return -1;
+  }
+  if (c->varlen == 1) {
+    s->cuk = malloc(sizeof(int32_t) * (B + 1));
+    if (!s->cuk) return -1;
+    s->cuk[0] = 0;
+    for (int b = 0; b < B; b++) s->cuk[b + 1] = s->cuk[b] + s->store_k[b];
+    a->cu_seqlens_k = s->cuk;
+    if (arr_buf(s, B_CUK, s->cuk, sizeof(int32_t) * (B + 1))) return -1;
+  }
+  if (c->seqused) {
+    s->used = malloc(sizeof(int32_t) * B);
+    if (!s->used) return -1;
+    for (int b = 0; b < B; b++) s->used[b] = s->lk[b];
+    a->seqused_k = s->used;
+    if (arr_buf(s, B_USED, s->used, sizeof(int32_t) * B)) return -1;
+  }
+  if (c->page) {
+    // Pages for each sequence's real keys in shuffled order, plus two decoy
+    // pages (all NaN) that the block table names past the real length.
+    int ps = c->page, needed = 0;
+    s->mbps = (c->sk + ps - 1) / ps + (int)(struct_seed & 1);
+    for (int b = 0; b < B; b++) needed += (s->lk[b] + ps - 1) / ps;
+    s->num_pages = needed + 2;
+    int *perm = malloc(sizeof(int) * s->num_pages);
+    s->table = malloc(sizeof(int32_t) * B * s->mbps);
+    if (!perm || !s->table) {
+      free(perm);
+      return -1;
+    }
+    for (int p = 0; p < s->num_pages; p++) perm[p] = p;
+    ts_rng_shuffle(&sr, perm, s->num_pages);
+    int next = 0;
+    for (int b = 0; b < B; b++) {
+      int nb = (s->lk[b] + ps - 1) / ps;
+      for (int blk = 0; blk < s->mbps; blk++)
+        s->table[b * s->mbps + blk] =
+            blk < nb ? perm[next++] : perm[needed + (b + blk) % 2];
+    }
+    free(perm);
+    a->block_table = s->table;
+    a->max_blocks_per_seq = s->mbps;
+    a->page_size = ps;
+    a->num_pages = s->num_pages;
+    if (arr_buf(s, B_TABLE, s->table, sizeof(int32_t) * B * s->mbps))
+      return -1;
+  }
+  if (c->alibi) {
+    s->slopes = malloc(sizeof(float) * c->hq);
+    if (!s->slopes) return -1;
+    for (int h = 0; h < c->hq; h++)
+      s->slopes[h] = (float)pow(2.0, -8.0 * (h + 1) / c->hq);
+    a->alibi_slopes = s->slopes;
+    if (arr_buf(s, B_SLOPES, s->slopes, sizeof(float) * c->hq)) return -1;
+  }
+  if (c->sinks) {
+    s->sinks = malloc(sizeof(float) * c->hq);
+    if (!s->sinks) return -1;
+    for (int h = 0; h < c->hq; h++)
+      s->sinks[h] = (float)(1.5 * ts_rng_normal(&dr) + (h == 0 ? 3.0 : 0.0));
+    a->sinks = s->sinks;
+    if (arr_buf(s, B_SINKS, s->sinks, sizeof(float) * c->hq)) return -1;
+  }
+
+  // Tensors.
+  fa_dtype dt = c->dt;
+  int vq = c->varlen != 0, vk = c->varlen == 1;
+  int tq = 0, tk = 0;
+  for (int b = 0; b < B; b++) {
+    tq += s->lq[b];
+    tk += s->store_k[b];
+  }
+  int qnb = vq ? 1 : B, qns = vq ? tq : c->sq;
+  int knb = c->page ? s->num_pages : vk ? 1 : B;
+  int kns = c->page ? c->page : vk ? tk : c->sk;
+  int ql = c->layout == XV_LAYOUT_PACKED ? TS_BSHD : c->layout;
+  int kl = c->mixed ? (ql + 1) % 3 : ql;
+
+  if (c->layout == XV_LAYOUT_PACKED) {
+    // [b][s][hq + 2 hkv][d]: q, k and v are head ranges of one buffer.
+    int H = c->hq + 2 * c->hkv;
+    if (xt_init(&s->q, &s->buf[B_Q], dt, TS_BSHD, B, c->sq, H, c->d, c->pad,
+                0, 0))
+      return -1;
+    s->k = s->q;
+    s->v = s->q;
+    s->k.klike = s->v.klike = 1;
+    s->q.heads = c->hq;
+    s->k.heads = s->v.heads = c->hkv;
+    size_t sz = ts_dtype_size(dt), sh = (size_t)s->q.t.stride_head;
+    s->k.off = c->hq * sh;
+    s->v.off = (size_t)(c->hq + c->hkv) * sh;
+    s->k.t.data = s->buf[B_Q].host + s->k.off * sz;
+    s->v.t.data = s->buf[B_Q].host + s->v.off * sz;
+  } else {
+    if (xt_init(&s->q, &s->buf[B_Q], dt, ql, qnb, qns, c->hq, c->d, c->pad,
+                vq, 0) ||
+        xt_init(&s->k, &s->buf[B_K], dt, kl, knb, kns, c->hkv, c->d, c->pad,
+                vk, 1) ||
+        xt_init(&s->v, &s->buf[B_V], dt, kl, knb, kns, c->hkv, c->dv,
+                c->pad, vk, 1))
+      return -1;
+  }
+  if (xt_init(&s->o, &s->buf[B_O], dt, ql, qnb, qns, c->hq, c->dv, c->pad, vq,
+              0))
+    return -1;
+  fill(s, &s->q, &dr);
+  fill(s, &s->k, &dr);
+  fill(s, &s->v, &dr);
+  if (c->bwd) {
+    if (xt_init(&s->d_o, &s->buf[B_DO], dt, ql, qnb, qns, c->hq, c->dv,
+                c->pad, vq, 0) ||
+        xt_init(&s->dq, &s->buf[B_DQ], dt, ql, qnb, qns, c->hq, c->d, c->pad,
+                vq, 0) ||
+        xt_init(&s->dk, &s->buf[B_DK], dt, kl, knb, kns, c->hkv, c->d, c->pad,
+                vk, 1) ||
+        xt_init(&s->dv, &s->buf[B_DV], dt, kl, knb, kns, c->hkv, c->dv,
+                c->pad, vk, 1))
+      return -1;
+    fill(s, &s->d_o, &dr);
+  }
+  if (ts_buf_alloc(&s->buf[B_LSE], sizeof(float) * B * c->hq * c->sq))
+    return -1;
+  ts_poison_f32((float *)s->buf[B_LSE].host, (size_t)B * c->hq * c->sq);
+
+  // Upload every buffer; the library's problem points at the mirrors.
+  for (int i = 0; i < NBUF; i++) {
+    if (!s->buf[i].alloc) continue;
+    if (ts_buf_upload(ctx, &s->buf[i])) return -1;
+    if (i == B_Q || i == B_K || i == B_V || i == B_DO || i >= B_CUQ) {
+      s->snap[i] = malloc(alloc_bytes(&s->buf[i]));
+      if (!s->snap[i]) return -1;
+      memcpy(s->snap[i], s->buf[i].alloc, alloc_bytes(&s->buf[i]));
+    }
+  }
+  s->ad = s->a;
+  if (c->varlen) s->ad.cu_seqlens_q = ts_buf_dev(&s->buf[B_CUQ]);
+  if (c->varlen == 1) s->ad.cu_seqlens_k = ts_buf_dev(&s->buf[B_CUK]);
+  if (c->seqused) s->ad.seqused_k = ts_buf_dev(&s->buf[B_USED]);
+  if (c->page) s->ad.block_table = ts_buf_dev(&s->buf[B_TABLE]);
+  if (c->alibi) s->ad.alibi_slopes = ts_buf_dev(&s->buf[B_SLOPES]);
+  if (c->sinks) s->ad.sinks = ts_buf_dev(&s->buf[B_SINKS]);
+  xt *all[] = {&s->q, &s->k, &s->v, &s->o, &s->d_o, &s->dq, &s->dk, &s->dv};
+  for (int i = 0; i < 8; i++)
+    if (all[i]->buf) xt_dev(all[i]);
+  return 0;
+}
+
+/* ---- checks ------------------------------------------------------------------ */
+
+static const char *buf_name(int id) {
+  static const char *n[NBUF] = {"q",      "k",      "v",  "do",  "o",
+                                "dq",     "dk",     "dv", "lse", "cu_seqlens_q",
+                                "cu_seqlens_k", "seqused_k", "block_table",
+                                "alibi_slopes", "sinks"};
+  return n[id];
+}
+
+/* Re-poison output buffers and upload them. */
+static int poison_upload(xs *s, const int *ids, int n) {
+  for (int i = 0; i < n; i++) {
+    ts_buf *b = &s->buf[ids[i]];
+    fa_dtype t = ids[i] == B_LSE ? FA_F32 : s->c->dt;
+    ts_poison(b->host, t, b->bytes / ts_dtype_size(t));
+    if (ts_buf_upload(s->ctx, b)) return -1;
+  }
+  return 0;
+}
+
+static int download(xs *s, const int *ids, int n) {
+  for (int i = 0; i < n; i++)
+    if (ts_buf_download(s->ctx, &s->buf[ids[i]])) return -1;
+  return 0;
+}
+
+/* Guards of every buffer, inputs and arrays unchanged. */
+static void check_memory(xs *s, msgbuf *m) {
+  for (int i = 0; i < NBUF; i++) {
+    ts_buf *b = &s->buf[i];
+    if (!b->alloc) continue;
+    if (ts_buf_download(s->ctx, b)) {
+      msg(m, "download of %s failed", buf_name(i));
+      continue;
+    }
+    char line[256];
+    FILE *f = fmemopen(line, sizeof line, "w");
+    if (!ts_buf_guards_ok(b, buf_name(i), f)) {
+      if (f) fclose(f), f = NULL;
+      msg(m, "%s", line);
+    }
+    if (f) fclose(f);
+    if (s->snap[i] && memcmp(s->snap[i], b->alloc, alloc_bytes(b))) {
+      size_t at = 0;
+      while (s->snap[i][at] == b->alloc[at]) at++;
+      msg(m, "input %s was modified (first at byte %zd of the payload)",
+          buf_name(i), (ptrdiff_t)at - TS_GUARD_BYTES);
+    }
+  }
+}
+
+/* 1 marks a logical element, 2 one the library may or may not write (key
+   rows past seqused_k within a sequence's storage), 0 the rest: stride
+   padding, pages the block table does not name for the real keys. */
+static unsigned char *view_marks(const xs *s, const xt *x) {
+  size_t n = x->buf->bytes / ts_dtype_size(x->t.dtype);
+  unsigned char *mk = calloc(n + 1, 1);
+  if (!mk) return NULL;
+  const fa_attention *a = &s->a;
+  for (int b = 0; b < a->batch; b++) {
+    int rows = rows_of(s, x->klike, b), extra = rows;
+    if (x->klike) {
+      if (a->block_table) {
+        int ps = a->page_size;
+        extra = (rows + ps - 1) / ps * ps; // rest of the last named page
+      } else {
+        extra = s->store_k[b];
+      }
+    }
+    for (int r = 0; r < extra; r++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = elem_index(s, x, b, r, h) + (int64_t)x->off;
+        for (int c = 0; c < x->dim; c++) mk[o + c] = r < rows ? 1 : 2;
+      }
+  }
+  return mk;
+}
+
+/* Check the view of output x (poison outside it, written inside) and widen
+   its logical elements into dense [b][rows][heads][dim] (rows = max). */
+static void extract(xs *s, const xt *x, const char *name, double *dense,
+                    msgbuf *m) {
+  const fa_attention *a = &s->a;
+  int R = x->klike ? a->seqlen_k : a->seqlen_q;
+  memset(dense, 0, sizeof(double) * a->batch * R * x->heads * x->dim);
+  unsigned char *mk = view_marks(s, x);
+  if (!mk) {
+    msg(m, "out of memory");
+    return;
+  }
+  size_t n = x->buf->bytes / ts_dtype_size(x->t.dtype), outside = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (mk[i] == 0 && !ts_is_poison(x->buf->host, x->t.dtype, (int64_t)i))
+      if (outside++ == 0) first = i;
+  if (outside)
+    msg(m, "%s: %zu elements outside the view were written (first at "
+           "element %zu of the buffer)",
+        name, outside, first);
+  size_t unwritten = 0;
+  for (int b = 0; b < a->batch; b++)
+    for (int r = 0; r < rows_of(s, x->klike, b); r++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = elem_index(s, x, b, r, h);
+        double *d = dense + (((size_t)b * R + r) * x->heads + h) * x->dim;
+        for (int c = 0; c < x->dim; c++) {
+          if (ts_is_poison(x->t.data, x->t.dtype, o + c)) {
+            if (unwritten++ == 0)
+              msg(m, "%s[b=%d][%s=%d][h=%d][%d] was never written", name, b,
+                  x->klike ? "key" : "row", r, h, c);
+          }
+          d[c] = ts_load(x->t.data, x->t.dtype, o + c);
+        }
+      }
+  if (unwritten > 1) msg(m, "%s: %zu elements never written", name, unwritten);
+  free(mk);
+}
+
+static void check_finite(const double *ref, const double *got, size_t n,
+                         const char *name, msgbuf *m) {
+  size_t first = 0, bad = ts_nonfinite_parity(ref, got, n, &first);
+  if (bad)
+    msg(m, "%s: %zu values whose NaN/Inf status differs from the oracle "
+           "(first flat index %zu: got %g, expected %g)",
+        name, bad, first, got[first], ref[first]);
+}
+
+static void check_err(const char *name, double err, double bound, msgbuf *m) {
+  if (!(err <= bound))
+    msg(m, "%s: error %.3e exceeds bound %.3e", name, err, bound);
+}
+
+/* Rows with no visible key: O exactly 0, lse -inf (or the sink). */
+static void check_empty_rows(xs *s, const double *o, const double *lse,
+                             msgbuf *m) {
+  const fa_attention *a = &s->a;
+  int DV = s->c->dv, bad = 0;
+  for (int b = 0; b < a->batch; b++)
+    for (int i = 0; i < s->lq[b]; i++) {
+      if (fa_oracle_visible_count(a, b, i)) continue;
+      for (int h = 0; h < a->heads_q; h++) {
+        const double *r = o + (((size_t)b * a->seqlen_q + i) * a->heads_q + h) * DV;
+        for (int c = 0; c < DV; c++)
+          if (r[c] != 0.0 && bad++ < 3)
+            msg(m, "o[b=%d][row=%d][h=%d][%d] = %g in a row with no visible "
+                   "key (must be exactly 0)",
+                b, i, h, c, r[c]);
+        if (lse) {
+          double want = a->sinks ? (double)a->sinks[h] : -INFINITY;
+          double got = lse[((size_t)b * a->heads_q + h) * a->seqlen_q + i];
+          if (got != want && bad++ < 3)
+            msg(m, "lse[b=%d][h=%d][row=%d] = %g in a row with no visible key "
+                   "(must be %g)",
+                b, h, i, got, want);
+        }
+      }
+    }
+}
+
+/* The library's lse as dense double; padding rows (varlen) set to -inf like
+   the oracle's. */
+static void extract_lse(xs *s, double *dense) {
+  const fa_attention *a = &s->a;
+  const float *l = (const float *)s->buf[B_LSE].host;
+  for (int b = 0; b < a->batch; b++)
+    for (int h = 0; h < a->heads_q; h++)
+      for (int i = 0; i < a->seqlen_q; i++) {
+        size_t x = ((size_t)b * a->heads_q + h) * a->seqlen_q + i;
+        dense[x] = i < s->lq[b] ? (double)l[x] : -INFINITY;
+      }
+}
+
+/* Every output buffer in ids still holds its poison (a failing call wrote
+   nothing). */
+static void check_untouched(xs *s, const int *ids, int n, msgbuf *m) {
+  for (int k = 0; k < n; k++) {
+    ts_buf *b = &s->buf[ids[k]];
+    if (ts_buf_download(s->ctx, b)) continue;
+    fa_dtype t = ids[k] == B_LSE ? FA_F32 : s->c->dt;
+    size_t cnt = b->bytes / ts_dtype_size(t);
+    for (size_t i = 0; i < cnt; i++)
+      if (!ts_is_poison(b->host, t, (int64_t)i)) {
+        msg(m, "%s was written by a call that failed", buf_name(ids[k]));
+        break;
+      }
+  }
+}
+
+/* ---- running a case ------------------------------------------------------------ */
+
+typedef struct xrun {
+  fa_context *ctx;
+  const char *backend;
+  const char *group;
+  uint64_t seed;
+  int verbose;
+} xrun;
+
+static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
+  static const char *cz[3] = {"0", "br", "tl"};
+  char lay[32];
+  if (c->layout == XV_LAYOUT_PACKED)
+    snprintf(lay, sizeof lay, "qkvpacked");
+  else if (c->mixed)
+    snprintf(lay, sizeof lay, "%s/%s", ts_layout_name(c->layout),
+             ts_layout_name((c->layout + 1) % 3));
+  else
+    snprintf(lay, sizeof lay, "%s", ts_layout_name(c->layout));
+  snprintf(buf, n,
+           "%s %s %s b%d sq%d sk%d hq%d hkv%d d%d dv%d%s causal=%s win=%d,%d "
+           "cap=%g alibi=%d sink=%d scale=%g varlen=%s seqused=%d paged=%d "
+           "layout=%s pad=%d lse=%d",
+           r->backend, c->bwd ? "bwd" : "fwd", ts_dtype_name(c->dt), c->b,
+           c->sq, c->sk, c->hq, c->hkv, c->d, c->dv, c->hdv0 ? "(0)" : "",
+           cz[c->causal], c->wl, c->wr, (double)c->cap, c->alibi, c->sinks,
+           (double)c->scale, c->varlen == 2 ? "q" : c->varlen ? "1" : "0",
+           c->seqused, c->page, lay, c->pad, !c->no_lse);
+}
+
+static void print_structure(const xs *s) {
+  const fa_attention *a = &s->a;
+  printf("    lengths q:");
+  for (int b = 0; b < a->batch; b++) printf(" %d", s->lq[b]);
+  printf("  k:");
+  for (int b = 0; b < a->batch; b++) printf(" %d", s->lk[b]);
+  if (a->cu_seqlens_k || a->block_table) {
+    printf("  k storage:");
+    for (int b = 0; b < a->batch; b++) printf(" %d", s->store_k[b]);
+  }
+  printf("\n    strides q (%" PRId64 ",%" PRId64 ",%" PRId64 ") k (%" PRId64
+         ",%" PRId64 ",%" PRId64 ")",
+         s->q.t.stride_batch, s->q.t.stride_seq, s->q.t.stride_head,
+         s->k.t.stride_batch, s->k.t.stride_seq, s->k.t.stride_head);
+  if (a->block_table)
+    printf("  pages %d max_blocks_per_seq %d", a->num_pages,
+           a->max_blocks_per_seq);
+  printf("\n");
+}
+
+static int fail_status(fa_status st, const char *what, msgbuf *m) {
+  if (st == FA_ERR_UNSUPPORTED) return R_SKIP;
+  msg(m, "%s returned %s: %s", what, fa_status_string(st), fa_last_error());
+  return R_FAIL;
+}
+
+static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *oref = malloc(sizeof(double) * no), *ogot = malloc(sizeof(double) * no);
+  double *lref = malloc(sizeof(double) * nl), *lgot = malloc(sizeof(double) * nl);
+  float *onv = malloc(sizeof(float) * no), *lnv = malloc(sizeof(float) * nl);
+  unsigned char *bits = NULL, *lbits = NULL;
+  int rc = R_FAIL;
+  if (!oref || !ogot || !lref || !lgot || !onv || !lnv) {
+    msg(m, "out of memory");
+    goto done;
+  }
+  if (fa_oracle_forward(a, s->q.t, s->k.t, s->v.t, oref, lref)) {
+    msg(m, "oracle failed");
+    goto done;
+  }
+  double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
+  if (c->dt != FA_F32) {
+    fa_naive_forward(a, s->q.t, s->k.t, s->v.t, onv, lnv);
+    nerr = ts_rel_err_f(oref, onv, no);
+    nmerr = ts_max_err_f(oref, onv, no);
+    nlerr = ts_lse_err_f(lref, lnv, nl);
+    if (!naive_sane(c->dt, nerr))
+      msg(m, "harness: the naive same-precision attention disagrees with the "
+             "oracle (err %.3e): the references do not agree on semantics",
+          nerr);
+  }
+  int outs[2] = {B_O, B_LSE};
+  if (poison_upload(s, outs, 2)) {
+    msg(m, "upload failed");
+    goto done;
+  }
+  float *lse_dev = c->no_lse ? NULL : ts_buf_dev(&s->buf[B_LSE]);
+  fa_status st = fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d,
+                            lse_dev);
+  if (st) {
+    rc = fail_status(st, "fa_forward", m);
+    check_untouched(s, outs, 2, m);
+    if (rc == R_SKIP && m->count) rc = R_FAIL;
+    if (rc == R_SKIP) snprintf(res, rn, "unsupported: %s", fa_last_error());
+    goto done;
+  }
+  check_memory(s, m);
+  extract(s, &s->o, "o", ogot, m);
+  check_finite(oref, ogot, no, "o", m);
+  double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(c->dt, nerr);
+  double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(c->dt, nmerr);
+  check_err("o (relative Frobenius)", err, bound, m);
+  check_err("o (max abs / max |ref|)", merr, mbound, m);
+  double lerr = 0.0, lbound = lse_bound(c->dt, nlerr);
+  if (!c->no_lse) {
+    extract_lse(s, lgot);
+    check_finite(lref, lgot, nl, "lse", m);
+    lerr = ts_lse_err(lref, lgot, nl);
+    check_err("lse", lerr, lbound, m);
+  } else {
+    // lse = NULL: the library must not have written the lse buffer.
+    int lo[1] = {B_LSE};
+    check_untouched(s, lo, 1, m);
+  }
+  check_empty_rows(s, ogot, c->no_lse ? NULL : lgot, m);
+
+  int n = snprintf(res, rn, "err=%.2e max=%.2e bound=%.2e/%.2e", err, merr,
+                   bound, mbound);
+  if (c->dt != FA_F32 && n > 0 && (size_t)n < rn)
+    n += snprintf(res + n, rn - (size_t)n, " (naive %.2e/%.2e)", nerr, nmerr);
+  if (!c->no_lse && n > 0 && (size_t)n < rn)
+    n += snprintf(res + n, rn - (size_t)n, " lse_err=%.2e", lerr);
+
+  if (c->plan) {
+    // Determinism and plan == forward, bit for bit.
+    size_t ob = s->buf[B_O].bytes, lb = s->buf[B_LSE].bytes;
+    bits = malloc(ob + 1);
+    lbits = malloc(lb + 1);
+    if (!bits || !lbits) {
+      msg(m, "out of memory");
+      goto done;
+    }
+    memcpy(bits, s->buf[B_O].host, ob);
+    memcpy(lbits, s->buf[B_LSE].host, lb);
+    for (int pass = 0; pass < 2; pass++) {
+      if (poison_upload(s, outs, 2)) {
+        msg(m, "upload failed");
+        goto done;
+      }
+      fa_plan *plan = NULL;
+      const char *what = pass ? "fa_plan_forward" : "fa_forward (2nd run)";
+      if (pass == 0) {
+        st = fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d,
+                        lse_dev);
+      } else {
+        st = fa_plan_create(r->ctx, &s->ad, c->dt, &plan);
+        if (!st)
+          st = fa_plan_forward(plan, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
+        if (plan && r->verbose) {
+          char d[512];
+          fa_plan_describe(plan, d, sizeof d);
+          printf("    plan: %s\n", d);
+        }
+        fa_plan_destroy(plan);
+      }
+      if (st) {
+        msg(m, "%s returned %s: %s", what, fa_status_string(st),
+            fa_last_error());
+        continue;
+      }
+      if (download(s, outs, 2)) {
+        msg(m, "download failed");
+        continue;
+      }
+      if (memcmp(bits, s->buf[B_O].host, ob))
+        msg(m, "%s: o differs bitwise from the first fa_forward", what);
+      if (!c->no_lse && memcmp(lbits, s->buf[B_LSE].host, lb))
+        msg(m, "%s: lse differs bitwise from the first fa_forward", what);
+    }
+    if (n > 0 && (size_t)n < rn)
+      snprintf(res + n, rn - (size_t)n, " plan=bitwise rerun=bitwise");
+  }
+  rc = m->count ? R_FAIL : R_PASS;
+done:
+  free(oref);
+  free(ogot);
+  free(lref);
+  free(lgot);
+  free(onv);
+  free(lnv);
+  free(bits);
+  free(lbits);
+  return rc;
+}
+
+static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t nq = (size_t)a->batch * a->seqlen_q * a->heads_q * c->d;
+  size_t nk = (size_t)a->batch * a->seqlen_k * a->heads_kv * c->d;
+  size_t nv = (size_t)a->batch * a->seqlen_k * a->heads_kv * c->dv;
+  double *ref[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk),
+                    malloc(sizeof(double) * nv)};
+  double *got[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk),
+                    malloc(sizeof(double) * nv)};
+  float *nv_[3] = {malloc(sizeof(float) * nq), malloc(sizeof(float) * nk),
+                   malloc(sizeof(float) * nv)};
+  size_t cnt[3] = {nq, nk, nv};
+  static const char *names[3] = {"dq", "dk", "dv"};
+  int rc = R_FAIL;
+  for (int i = 0; i < 3; i++)
+    if (!ref[i] || !got[i] || !nv_[i]) {
+      msg(m, "out of memory");
+      goto done;
+    }
+  if (fa_oracle_backward(a, s->q.t, s->k.t, s->v.t, s->d_o.t, ref[0], ref[1],
+                         ref[2])) {
+    msg(m, "oracle failed");
+    goto done;
+  }
+  fa_naive_backward(a, s->q.t, s->k.t, s->v.t, s->d_o.t, nv_[0], nv_[1],
+                    nv_[2]);
+  int fo[2] = {B_O, B_LSE};
+  if (poison_upload(s, fo, 2)) {
+    msg(m, "upload failed");
+    goto done;
+  }
+  float *lse_dev = ts_buf_dev(&s->buf[B_LSE]);
+  fa_status st = fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d,
+                            lse_dev);
+  if (st) {
+    rc = fail_status(st, "fa_forward (before backward)", m);
+    if (rc == R_SKIP) snprintf(res, rn, "forward unsupported: %s", fa_last_error());
+    goto done;
+  }
+  // o and lse are inputs of the backward: snapshot them.
+  if (download(s, fo, 2)) {
+    msg(m, "download failed");
+    goto done;
+  }
+  for (int i = 0; i < 2; i++) {
+    s->snap[fo[i]] = malloc(alloc_bytes(&s->buf[fo[i]]));
+    if (!s->snap[fo[i]]) {
+      msg(m, "out of memory");
+      goto done;
+    }
+    memcpy(s->snap[fo[i]], s->buf[fo[i]].alloc, alloc_bytes(&s->buf[fo[i]]));
+  }
+  int outs[3] = {B_DQ, B_DK, B_DV};
+  if (poison_upload(s, outs, 3)) {
+    msg(m, "upload failed");
+    goto done;
+  }
+  st = fa_backward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, s->d_o.d,
+                   lse_dev, s->dq.d, s->dk.d, s->dv.d);
+  if (st) {
+    rc = fail_status(st, "fa_backward", m);
+    check_untouched(s, outs, 3, m);
+    if (rc == R_SKIP && m->count) rc = R_FAIL;
+    if (rc == R_SKIP) snprintf(res, rn, "unsupported: %s", fa_last_error());
+    goto done;
+  }
+  check_memory(s, m);
+  extract(s, &s->dq, "dq", got[0], m);
+  extract(s, &s->dk, "dk", got[1], m);
+  extract(s, &s->dv, "dv", got[2], m);
+  double err[3], bound[3], merr[3], mbound[3];
+  for (int i = 0; i < 3; i++) {
+    check_finite(ref[i], got[i], cnt[i], names[i], m);
+    err[i] = ts_rel_err(ref[i], got[i], cnt[i]);
+    merr[i] = ts_max_err(ref[i], got[i], cnt[i]);
+    mbound[i] = bwd_bound(c->dt, ts_max_err_f(ref[i], nv_[i], cnt[i]));
+    double ne = ts_rel_err_f(ref[i], nv_[i], cnt[i]);
+    if (!naive_sane(c->dt, ne))
+      msg(m, "harness: naive same-precision %s disagrees with the oracle "
+             "(err %.3e): the references do not agree on semantics",
+          names[i], ne);
+    bound[i] = bwd_bound(c->dt, ne);
+    char what[64];
+    snprintf(what, sizeof what, "%s (relative Frobenius)", names[i]);
+    check_err(what, err[i], bound[i], m);
+    snprintf(what, sizeof what, "%s (max abs / max |ref|)", names[i]);
+    check_err(what, merr[i], mbound[i], m);
+  }
+  snprintf(res, rn,
+           "dq=%.1e/%.1e dk=%.1e/%.1e dv=%.1e/%.1e bound=%.1e/%.1e "
+           "%.1e/%.1e %.1e/%.1e",
+           err[0], merr[0], err[1], merr[1], err[2], merr[2], bound[0],
+           mbound[0], bound[1], mbound[1], bound[2], mbound[2]);
+  rc = m->count ? R_FAIL : R_PASS;
+done:
+  for (int i = 0; i < 3; i++) {
+    free(ref[i]);
+    free(got[i]);
+    free(nv_[i]);
+  }
+  return rc;
+}
+
+static int run_case(xrun *r, const xcase *c, int idx, int *counts) {
+  char name[512], res[512] = "";
+  case_name(r, c, name, sizeof name);
+  printf("[%3d] %s: ", idx, name);
+  fflush(stdout);
+  uint64_t struct_seed = str_hash(r->group) * 31 + (uint64_t)idx;
+  uint64_t data_seed = ts_case_seed(r->seed, struct_seed);
+  msgbuf m;
+  memset(&m, 0, sizeof m);
+  xs s;
+  int rc;
+  double t0 = ts_now();
+  if (xs_setup(&s, r->ctx, c, struct_seed, data_seed)) {
+    msg(&m, "setup failed (out of memory or upload error)");
+    rc = R_FAIL;
+  } else {
+    rc = c->bwd ? run_backward(r, &s, res, sizeof res, &m)
+                : run_forward(r, &s, res, sizeof res, &m);
+  }
+  double dt = ts_now() - t0;
+  static const char *word[3] = {"PASS", "FAIL", "SKIP"};
+  printf("%s %s (%.2fs)\n", word[rc], res, dt);
+  if (rc == R_FAIL) {
+    fputs(m.text, stdout);
+    if (m.count > 12) printf("    ... %d more problems\n", m.count - 12);
+    if (s.lq) print_structure(&s);
+    printf("    reproduce: FA_TEST_SEED=0x%" PRIx64
+           " test_xval --backend %s --group %s --case %d\n",
+           r->seed, r->backend, r->group, idx);
+  } else if (r->verbose && s.lq) {
+    print_structure(&s);
+  }
+  xs_free(&s);
+  counts[rc]++;
+  fflush(stdout);
+  return rc;
+}
+
+/* ---- main -------------------------------------------------------------------- */
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: test_xval --backend NAME|all --group GROUP|all [--case N] "
+          "[--list] [--verbose] [--seed S]\ngroups:");
+  for (int i = 0; xv_groups[i]; i++) fprintf(stderr, " %s", xv_groups[i]);
+  fprintf(stderr, "\nFA_TEST_SEED=S fixes the data seed.\n");
+}
+
+#define MAX_CASES 1024
+
+static int run_group(xrun *r, const char *group, int only, int list,
+                     int *counts) {
+  static xcase cases[MAX_CASES];
+  int n = xv_group_cases(group, cases, MAX_CASES);
+  if (n < 0 || n > MAX_CASES) {
+    fprintf(stderr, "test_xval: unknown group \"%s\"\n", group);
+    usage();
+    return -1;
+  }
+  r->group = group;
+  for (int i = 0; i < n; i++) {
+    if (only >= 0 && i != only) continue;
+    if (list) {
+      char name[512];
+      case_name(r, &cases[i], name, sizeof name);
+      printf("[%3d] %s\n", i, name);
+      continue;
+    }
+    run_case(r, &cases[i], i, counts);
+  }
+  return 0;
+}
+
+static int run_backend(xrun *r, const char *group, int only, int list,
+                       int *counts) {
+  fa_status st = fa_context_create_by_name(&r->ctx, r->backend);
+  if (st) {
+    printf("SKIP: backend %s is not usable here: %s (%s)\n", r->backend,
+           fa_status_string(st), fa_last_error());
+    return 1;
+  }
+  int rc = 0;
+  if (strcmp(group, "all") == 0) {
+    for (int g = 0; xv_groups[g] && rc == 0; g++)
+      rc = run_group(r, xv_groups[g], only, list, counts);
+  } else {
+    rc = run_group(r, group, only, list, counts);
+  }
+  fa_context_destroy(r->ctx);
+  r->ctx = NULL;
+  return rc < 0 ? -1 : 0;
+}
+
+int main(int argc, char **argv) {
+  const char *backend = NULL, *group = NULL;
+  int only = -1, list = 0, verbose = 0;
+  uint64_t seed = ts_seed_base();
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+    else if (!strcmp(argv[i], "--group") && i + 1 < argc) group = argv[++i];
+    else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--list")) list = 1;
+    else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) verbose = 1;
+    else {
+      usage();
+      return 2;
+    }
+  }
+  if (!backend || !group) {
+    usage();
+    return 2;
+  }
+  printf("test_xval %s: backend %s, group %s, seed 0x%" PRIx64 "%s\n",
+         fa_version(), backend, group, seed,
+         ts_seed_from_env() ? " (FA_TEST_SEED)" : "");
+  int counts[3] = {0, 0, 0}, unusable = 0;
+  double t0 = ts_now();
+  xrun r = {NULL, backend, NULL, seed, verbose};
+  if (strcmp(backend, "all") == 0) {
+    int nb = fa_backend_count();
+    for (int i = 0; i < nb; i++) {
+      r.backend = fa_backend_name(i);
+      int rc = run_backend(&r, group, only, list, counts);
+      if (rc < 0) return 2;
+      unusable += rc;
+    }
+    if (nb == 0) printf("SKIP: no usable backend\n");
+  } else {
+    int rc = run_backend(&r, group, only, list, counts);
+    if (rc < 0) return 2;
+    unusable += rc;
+  }
+  if (list) return 0;
+  printf("%s %s: %d passed, %d failed, %d skipped (unsupported) in %.1fs; "
+         "seed 0x%" PRIx64 "\n",
+         backend, group, counts[R_PASS], counts[R_FAIL], counts[R_SKIP],
+         ts_now() - t0, seed);
+  if (counts[R_FAIL]) {
+    printf("FAILED: rerun with FA_TEST_SEED=0x%" PRIx64 " to reproduce\n",
+           seed);
+    return 1;
+  }
+  if (counts[R_PASS] == 0) {
+    printf("SKIP: nothing ran (backend unusable or every case unsupported)\n");
+    return TS_SKIP;
+  }
+  return 0;
+}

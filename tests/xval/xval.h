@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// Cross-validation cases: one struct holds every parameter of a case, and
+// the grid (xval_grid.c) lists the cases of each named group.
+#ifndef FA_TESTS_XVAL_H
+#define FA_TESTS_XVAL_H
+
+#include "flashattn.h"
+
+/* Layout of k/v relative to q: the same, or the next one (mixed views). */
+#define XV_LAYOUT_PACKED 3 /* q, k, v in one [b][s][hq+2hkv][d] buffer */
+
+typedef struct xcase {
+  int bwd;          /* 0 forward, 1 backward */
+  fa_dtype dt;
+  int b, sq, sk;    /* batch, (max) query and key lengths */
+  int hq, hkv, d, dv;
+  int hdv0;         /* pass head_dim_v = 0 (dv must equal d) */
+  int causal;       /* 0, FA_CAUSAL_BOTTOM_RIGHT, FA_CAUSAL_TOP_LEFT */
+  int wl, wr;       /* window; -1 unbounded */
+  float cap;        /* softcap, 0 off */
+  float scale;      /* 0 = default 1/sqrt(d) */
+  int alibi, sinks; /* 0/1 */
+  int varlen;       /* 0 dense; 1 cu_seqlens q and k; 2 cu_seqlens q only */
+  int seqused;      /* 1: seqused_k set (lengths <= storage, some 0) */
+  int page;         /* page size of a paged KV cache; 0 = not paged */
+  int layout;       /* ts_layout, or XV_LAYOUT_PACKED */
+  int mixed;        /* k/v (and dk/dv) in the next layout from q's */
+  int pad;          /* extra elements in every stride */
+  int no_lse;       /* forward with lse = NULL */
+  int plan;         /* also check fa_plan_forward bits and determinism */
+} xcase;
+
+/* A case with every field at its default: forward f32, b2 sq64 sk64 hq2 hkv2
+   d64 dv64, no mask, bshd, dense. */
+xcase xv_default(void);
+
+/* Names of every group, NULL-terminated. */
+extern const char *const xv_groups[];
+
+/* Fill up to max cases of group `name`; returns the number of cases, or -1
+   if the group does not exist. */
+int xv_group_cases(const char *name, xcase *out, int max);
+
+#endif

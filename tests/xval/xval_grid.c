@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: MIT
+// The cross-validation grid, group by group. Shapes are deterministic (a
+// failure names its case and reproduces); the data is drawn fresh per run.
+//
+// Cost model for choosing sizes: the scalar CPU kernel and the float64
+// oracle each spend ~b*hq*sq*sk*(d+dv) multiply-adds per forward (about
+// 2.5x that per backward), at roughly 0.5-1 GFLOP/s. Long rows (300-2048)
+// appear with few heads and batch 1-2, and mostly as decode (sq = 1).
+#include <string.h>
+
+#include "tensor.h"
+#include "xval.h"
+
+#define BR FA_CAUSAL_BOTTOM_RIGHT
+#define TL FA_CAUSAL_TOP_LEFT
+
+const char *const xv_groups[] = {
+    "fwd.dims",   "fwd.lengths", "fwd.masks",    "fwd.features",
+    "fwd.gqa",    "fwd.layout",  "fwd.varlen",   "fwd.paged",
+    "fwd.decode", "fwd.plan",    "bwd.dims",     "bwd.masks",
+    "bwd.features", "bwd.gqa",   "bwd.varlen",   "bwd.paged",
+    "bwd.layout", NULL};
+
+xcase xv_default(void) {
+  xcase c;
+  memset(&c, 0, sizeof c);
+  c.dt = FA_F32;
+  c.b = 2;
+  c.sq = c.sk = 64;
+  c.hq = c.hkv = 2;
+  c.d = c.dv = 64;
+  c.wl = c.wr = -1;
+  c.layout = TS_BSHD;
+  return c;
+}
+
+typedef struct list {
+  xcase *out;
+  int n, max;
+} list;
+
+static void add(list *l, xcase c) {
+  if (l->n < l->max) l->out[l->n] = c;
+  l->n++;
+}
+
+static const fa_dtype dtypes[3] = {FA_F32, FA_F16, FA_BF16};
+static fa_dtype low(int i) { return i % 2 ? FA_BF16 : FA_F16; }
+
+/* Masks as (causal, window_left, window_right). */
+typedef struct mask {
+  int causal, wl, wr;
+} mask;
+
+static const mask masks[] = {
+    {0, -1, -1},     // none
+    {BR, -1, -1},    // causal, bottom-right (FlashAttention)
+    {TL, -1, -1},    // causal, top-left (PyTorch)
+    {0, 16, -1},     // window left only
+    {0, -1, 8},      // window right only
+    {0, 16, 8},      // both
+    {BR, 32, -1},    // local causal (Mistral-style sliding window)
+    {TL, 5, -1},     // local causal, top-left
+    {0, 0, 0},       // the diagonal only
+    {0, 1000, 1000}, // windows wider than any sequence: no mask
+    {0, 0, -1},      // keys at or right of the diagonal
+    {BR, 0, -1},     // causal + wl 0: the diagonal only
+    {0, -1, 0},      // causal expressed as a window
+};
+#define NMASKS (int)(sizeof masks / sizeof masks[0])
+
+static void set_mask(xcase *c, mask m) {
+  c->causal = m.causal;
+  c->wl = m.wl;
+  c->wr = m.wr;
+}
+
+/* ---- forward groups ------------------------------------------------------ */
+
+static void fwd_dims(list *l) {
+  static const int dims[] = {1, 8, 13, 32, 64, 80, 96, 128, 160, 256, 512};
+  static const int lens[][2] = {{17, 17},  {127, 129}, {128, 128}, {129, 127},
+                                {1, 17},   {17, 1},    {33, 65}};
+  const int nd = (int)(sizeof dims / sizeof dims[0]), nl = 7;
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < nd; i++) {
+      xcase c = xv_default();
+      c.dt = dtypes[t];
+      c.d = c.dv = dims[i];
+      c.sq = lens[(i + t) % nl][0];
+      c.sk = lens[(i + t) % nl][1];
+      c.causal = (i + t) % 3 == 1 ? BR : (i + t) % 3 == 2 ? TL : 0;
+      c.layout = (i + t) % 2 ? TS_BHSD : TS_BSHD;
+      c.hkv = i % 2 ? 1 : 2;
+      c.hdv0 = (i + t) % 4 == 0; // head_dim_v = 0 means head_dim
+      add(l, c);
+    }
+  // head_dim_v != head_dim
+  static const int dv[][2] = {{64, 32}, {32, 64}, {13, 80}, {128, 64},
+                              {80, 96}, {256, 128}, {8, 1}, {1, 8}};
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < 8; i++) {
+      xcase c = xv_default();
+      c.dt = dtypes[t];
+      c.d = dv[i][0];
+      c.dv = dv[i][1];
+      c.sq = 37;
+      c.sk = 53;
+      c.causal = (i + t) % 2 ? BR : 0;
+      c.hq = 4;
+      c.hkv = 2;
+      add(l, c);
+    }
+}
+
+static void fwd_lengths(list *l) {
+  static const int lens[][2] = {
+      {1, 1},     {1, 17},    {17, 1},    {1, 128},   {17, 17},
+      {17, 129},  {129, 17},  {127, 128}, {128, 127}, {128, 128},
+      {129, 129}, {127, 300}, {300, 127}, {300, 300}, {511, 513}};
+  const int n = (int)(sizeof lens / sizeof lens[0]);
+  for (int i = 0; i < n; i++)
+    for (int t = 0; t < 2; t++) {
+      xcase c = xv_default();
+      c.dt = t ? low(i) : FA_F32;
+      c.sq = lens[i][0];
+      c.sk = lens[i][1];
+      c.causal = (i + t) % 3 == 1 ? BR : (i + t) % 3 == 2 ? TL : 0;
+      if (c.sq >= 300 || c.sk >= 300) c.b = 1;
+      if (c.sq > 300 && c.sk > 300) c.hq = c.hkv = 1;
+      add(l, c);
+    }
+  // One genuinely long square problem.
+  xcase c = xv_default();
+  c.b = 1;
+  c.hq = c.hkv = 1;
+  c.sq = c.sk = 1000;
+  c.causal = BR;
+  add(l, c);
+}
+
+static void fwd_masks(list *l) {
+  static const int shapes[][2] = {{17, 129}, {129, 17}, {128, 128}, {1, 129}};
+  for (int s = 0; s < 4; s++)
+    for (int m = 0; m < NMASKS; m++) {
+      xcase c = xv_default();
+      c.dt = dtypes[(m + s) % 3];
+      set_mask(&c, masks[m]);
+      c.sq = shapes[s][0];
+      c.sk = shapes[s][1];
+      c.hq = 4;
+      c.hkv = 2;
+      c.d = c.dv = 32;
+      add(l, c);
+    }
+}
+
+static void fwd_features(list *l) {
+  xcase c;
+#define F(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.hq = 4;                                                                \
+    c.hkv = 2;                                                               \
+    c.sq = 47;                                                               \
+    c.sk = 81;                                                               \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  // softcap
+  F(c.cap = 2.0f);
+  F(c.cap = 2.0f; c.causal = BR; c.dt = FA_F16);
+  F(c.cap = 2.0f; c.causal = TL; c.dt = FA_BF16);
+  F(c.cap = 50.0f);
+  F(c.cap = 0.5f; c.scale = 1.0f); // scores ~N(0, 64): hard capping
+  F(c.cap = 5.0f; c.scale = 1.0f; c.dt = FA_BF16);
+  // ALiBi (slopes 2^(-8(h+1)/hq))
+  F(c.alibi = 1; c.sq = c.sk = 64);
+  F(c.alibi = 1; c.causal = BR; c.dt = FA_F16);
+  F(c.alibi = 1; c.causal = BR; c.sq = 81; c.sk = 47; c.dt = FA_BF16);
+  F(c.alibi = 1; c.causal = TL);
+  F(c.alibi = 1; c.causal = TL; c.sq = 81; c.sk = 47);
+  F(c.alibi = 1; c.wl = 32; c.wr = 8);
+  F(c.alibi = 1); // non-causal, sq != sk: |i + sk - sq - j|
+  // sinks
+  F(c.sinks = 1);
+  F(c.sinks = 1; c.causal = BR; c.sq = 81; c.sk = 47); // empty rows: lse=sink
+  F(c.sinks = 1; c.seqused = 1; c.b = 4; c.dt = FA_F16);
+  F(c.sinks = 1; c.causal = BR; c.dt = FA_BF16);
+  F(c.sinks = 1; c.wl = 4; c.wr = 4);
+  // everything at once
+  F(c.cap = 3.0f; c.alibi = 1; c.sinks = 1; c.causal = BR);
+  F(c.cap = 3.0f; c.alibi = 1; c.sinks = 1; c.causal = TL; c.dt = FA_F16);
+  F(c.cap = 3.0f; c.alibi = 1; c.sinks = 1; c.wl = 20; c.wr = 3;
+    c.dt = FA_BF16);
+  // explicit scales: flat and sharp softmax
+  F(c.scale = 0.3f);
+  F(c.scale = 0.05f; c.dt = FA_F16);
+  F(c.scale = 0.6f; c.causal = BR); // scores ~N(0, 23): big rescales
+  F(c.scale = 0.6f; c.dt = FA_BF16);
+#undef F
+}
+
+static void fwd_gqa(list *l) {
+  static const int h[][2] = {{4, 4},  {8, 2},  {4, 1},  {7, 1},
+                             {14, 2}, {21, 3}, {16, 4}, {6, 6}};
+  for (int i = 0; i < 8; i++)
+    for (int t = 0; t < 2; t++) {
+      xcase c = xv_default();
+      c.hq = h[i][0];
+      c.hkv = h[i][1];
+      c.sq = t ? 33 : 65;
+      c.sk = t ? 65 : 33;
+      c.d = c.dv = i % 2 ? 32 : 64;
+      c.dt = t ? low(i) : FA_F32;
+      c.causal = t ? BR : 0;
+      c.layout = t ? TS_BHSD : TS_BSHD;
+      add(l, c);
+    }
+}
+
+static void fwd_layout(list *l) {
+  static const int pads[3] = {0, 3, 16};
+  for (int lay = 0; lay < 3; lay++)
+    for (int p = 0; p < 3; p++) {
+      xcase c = xv_default();
+      c.layout = lay;
+      c.pad = pads[p];
+      c.dt = dtypes[(lay + p) % 3];
+      c.no_lse = (lay + p) % 2;
+      c.sq = 45;
+      c.sk = 70;
+      c.hq = 4;
+      c.d = c.dv = 40;
+      c.causal = p == 1 ? BR : 0;
+      add(l, c);
+    }
+  for (int t = 0; t < 3; t++) { // packed QKV, q/k/v in one buffer
+    xcase c = xv_default();
+    c.layout = XV_LAYOUT_PACKED;
+    c.dt = dtypes[t];
+    c.sq = c.sk = 50;
+    c.hq = 6;
+    c.hkv = t == 2 ? 3 : 6;
+    c.pad = t == 1 ? 5 : 0;
+    c.causal = t ? BR : 0;
+    add(l, c);
+  }
+  for (int lay = 0; lay < 3; lay++) { // k/v in another layout than q
+    xcase c = xv_default();
+    c.layout = lay;
+    c.mixed = 1;
+    c.pad = lay;
+    c.dt = dtypes[lay];
+    c.sq = 33;
+    c.sk = 66;
+    c.hkv = 1;
+    c.causal = TL;
+    add(l, c);
+  }
+}
+
+static void fwd_varlen(list *l) {
+  xcase c;
+#define V(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.varlen = 1;                                                            \
+    c.b = 5;                                                                 \
+    c.sq = 40;                                                               \
+    c.sk = 70;                                                               \
+    c.hq = 4;                                                                \
+    c.hkv = 2;                                                               \
+    c.d = c.dv = 48;                                                         \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  V();
+  V(c.causal = BR; c.dt = FA_F16);
+  V(c.causal = TL; c.dt = FA_BF16);
+  V(c.wl = 8; c.wr = 4);
+  V(c.hq = 8; c.hkv = 2; c.causal = BR; c.layout = TS_BHSD);
+  V(c.seqused = 1; c.causal = BR);
+  V(c.alibi = 1; c.sinks = 1; c.causal = BR);
+  V(c.cap = 2.0f; c.dt = FA_F16; c.layout = TS_SBHD; c.pad = 3);
+  V(c.varlen = 2; c.causal = BR);
+  V(c.varlen = 2; c.dt = FA_F16);
+  V(c.b = 1);
+  V(c.b = 3; c.sq = c.sk = 129; c.causal = BR);
+  V(c.b = 2; c.sq = c.sk = 300; c.hq = c.hkv = 1; c.dt = FA_BF16;
+    c.causal = BR);
+  V(c.no_lse = 1; c.d = 64; c.dv = 32);
+  V(c.sq = 70; c.sk = 40; c.causal = BR; c.sinks = 1);
+#undef V
+}
+
+static void fwd_paged(list *l) {
+  xcase c;
+#define P(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.page = 16;                                                             \
+    c.seqused = 1;                                                           \
+    c.b = 3;                                                                 \
+    c.sq = 17;                                                               \
+    c.sk = 129;                                                              \
+    c.hq = 4;                                                                \
+    c.hkv = 2;                                                               \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  P(c.causal = BR);
+  P(c.page = 1);
+  P(c.page = 3; c.causal = BR; c.dt = FA_F16);
+  P(c.page = 7; c.seqused = 0; c.causal = TL; c.dt = FA_BF16);
+  P(c.hq = 8; c.hkv = 1);
+  P(c.page = 3; c.varlen = 2; c.causal = BR);
+  P(c.page = 64; c.sk = 50);
+  P(c.page = 5; c.sinks = 1; c.alibi = 1; c.causal = BR);
+  P(c.layout = TS_BHSD; c.dt = FA_F16);
+  P(c.page = 3; c.wl = 20; c.wr = 2);
+  P(c.sq = 1; c.sk = 300);
+  P(c.page = 1; c.sq = 1; c.sk = 77; c.dt = FA_BF16);
+  P(c.b = 4; c.causal = BR);
+  P(c.page = 3; c.layout = TS_SBHD; c.pad = 2); // slot stride > page stride
+  P(c.page = 7; c.varlen = 2; c.sinks = 1; c.dt = FA_F16);
+#undef P
+}
+
+static void fwd_decode(list *l) {
+  xcase c;
+#define D(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.sq = 1;                                                                \
+    c.b = 2;                                                                 \
+    c.hq = 8;                                                                \
+    c.hkv = 2;                                                               \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  D(c.b = 1; c.sk = 1000; c.hkv = 1; c.d = c.dv = 128);
+  D(c.sk = 777; c.dt = FA_F16);
+  D(c.b = 4; c.sk = 300; c.hq = c.hkv = 4; c.seqused = 1; c.dt = FA_BF16);
+  D(c.b = 1; c.sk = 2048; c.hq = 2; c.hkv = 1);
+  D(c.b = 3; c.sk = 1000; c.page = 16; c.seqused = 1);
+  D(c.sk = 513; c.wl = 128; c.causal = BR);
+  D(c.sk = 600; c.sinks = 1; c.alibi = 1; c.dt = FA_F16);
+  D(c.sq = 4; c.sk = 900; c.causal = BR); // speculative decoding
+  D(c.sq = 4; c.sk = 900; c.causal = TL; c.dt = FA_BF16);
+  D(c.sk = 1000; c.cap = 30.0f; c.d = c.dv = 80);
+  D(c.sk = 999; c.hq = 7; c.hkv = 1; c.d = c.dv = 96; c.page = 3;
+    c.dt = FA_BF16);
+  D(c.sk = 1; c.b = 1);
+  D(c.b = 8; c.sk = 400; c.hq = 2; c.hkv = 1; c.d = c.dv = 32; c.no_lse = 1);
+  D(c.b = 1; c.sk = 1000; c.d = c.dv = 256; c.hq = 4; c.dt = FA_F16);
+#undef D
+}
+
+static void fwd_plan(list *l) {
+  xcase c;
+#define PL(...)                                                              \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.plan = 1;                                                              \
+    c.sq = 65;                                                               \
+    c.sk = 97;                                                               \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  PL();
+  PL(c.causal = BR; c.dt = FA_F16);
+  PL(c.varlen = 1; c.b = 4; c.dt = FA_BF16; c.causal = BR);
+  PL(c.page = 16; c.seqused = 1; c.b = 3);
+  PL(c.sq = 1; c.sk = 1000; c.hq = 8; c.hkv = 1); // split-KV territory
+  PL(c.wl = 16; c.wr = 4);
+  PL(c.hq = 8; c.hkv = 2; c.dt = FA_BF16; c.layout = TS_BHSD);
+  PL(c.sinks = 1; c.alibi = 1; c.cap = 4.0f; c.dt = FA_F16);
+  PL(c.no_lse = 1; c.causal = TL);
+  PL(c.b = 1; c.sq = c.sk = 300; c.causal = BR);
+#undef PL
+}
+
+/* ---- backward groups ----------------------------------------------------- */
+
+static void bwd_dims(list *l) {
+  static const int dims[] = {1, 8, 13, 32, 64, 80, 96, 128, 256};
+  static const int lens[][2] = {{33, 47}, {47, 33}, {64, 64}, {17, 129}};
+  for (int i = 0; i < 9; i++)
+    for (int t = 0; t < 2; t++) {
+      xcase c = xv_default();
+      c.bwd = 1;
+      c.dt = t ? low(i) : FA_F32;
+      c.d = c.dv = dims[i];
+      c.sq = lens[(i + t) % 4][0];
+      c.sk = lens[(i + t) % 4][1];
+      c.causal = (i + t) % 3 == 1 ? BR : 0;
+      c.hkv = i % 2 ? 1 : 2;
+      c.layout = t ? TS_BHSD : TS_BSHD;
+      if (dims[i] >= 128) c.b = 1;
+      add(l, c);
+    }
+  static const int dv[][2] = {{64, 32}, {32, 80}};
+  for (int i = 0; i < 2; i++)
+    for (int t = 0; t < 2; t++) {
+      xcase c = xv_default();
+      c.bwd = 1;
+      c.dt = t ? low(i) : FA_F32;
+      c.d = dv[i][0];
+      c.dv = dv[i][1];
+      c.sq = 40;
+      c.sk = 56;
+      c.causal = t ? BR : 0;
+      add(l, c);
+    }
+  xcase c = xv_default();
+  c.bwd = 1;
+  c.hdv0 = 1;
+  c.d = c.dv = 48;
+  add(l, c);
+}
+
+static void bwd_masks(list *l) {
+  static const int pick[] = {0, 1, 2, 3, 4, 5, 6, 8};
+  static const int shapes[][2] = {{17, 65}, {65, 17}, {64, 64}};
+  for (int s = 0; s < 3; s++)
+    for (int m = 0; m < 8; m++) {
+      xcase c = xv_default();
+      c.bwd = 1;
+      c.dt = dtypes[(m + s) % 3];
+      set_mask(&c, masks[pick[m]]);
+      c.sq = shapes[s][0];
+      c.sk = shapes[s][1];
+      c.hkv = 1;
+      c.d = c.dv = 32;
+      add(l, c);
+    }
+}
+
+static void bwd_features(list *l) {
+  xcase c;
+#define F(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.bwd = 1;                                                               \
+    c.hq = 4;                                                                \
+    c.hkv = 2;                                                               \
+    c.sq = 40;                                                               \
+    c.sk = 56;                                                               \
+    c.d = c.dv = 32;                                                         \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  F(c.cap = 2.0f);
+  F(c.cap = 1.0f; c.scale = 0.5f; c.causal = BR; c.dt = FA_F16);
+  F(c.alibi = 1; c.causal = BR);
+  F(c.alibi = 1; c.dt = FA_BF16);
+  F(c.sinks = 1);
+  F(c.sinks = 1; c.causal = BR; c.sq = 56; c.sk = 40); // empty rows
+  F(c.sinks = 1; c.dt = FA_F16; c.causal = TL);
+  F(c.cap = 3.0f; c.alibi = 1; c.sinks = 1; c.wl = 10; c.wr = 3);
+  F(c.scale = 0.4f; c.causal = BR);
+#undef F
+}
+
+static void bwd_gqa(list *l) {
+  static const int h[][2] = {{8, 2}, {8, 2}, {7, 1}, {7, 1}, {8, 1}, {4, 4}};
+  for (int i = 0; i < 6; i++) {
+    xcase c = xv_default();
+    c.bwd = 1;
+    c.hq = h[i][0];
+    c.hkv = h[i][1];
+    c.d = c.dv = 32;
+    c.sq = 40;
+    c.sk = 56;
+    c.dt = i % 2 ? low(i / 2) : FA_F32;
+    c.causal = i % 2 ? BR : 0;
+    if (i == 4) c.wl = 8, c.wr = 8;
+    add(l, c);
+  }
+}
+
+static void bwd_varlen(list *l) {
+  xcase c;
+#define V(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.bwd = 1;                                                               \
+    c.varlen = 1;                                                            \
+    c.b = 5;                                                                 \
+    c.sq = 40;                                                               \
+    c.sk = 60;                                                               \
+    c.hq = 4;                                                                \
+    c.hkv = 2;                                                               \
+    c.d = c.dv = 32;                                                         \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  V();
+  V(c.causal = BR; c.dt = FA_F16);
+  V(c.causal = TL);
+  V(c.wl = 6; c.wr = 2; c.dt = FA_BF16);
+  V(c.hq = 8; c.hkv = 1; c.causal = BR);
+  V(c.seqused = 1; c.causal = BR);
+  V(c.varlen = 2; c.causal = BR);
+  V(c.sinks = 1; c.sq = 60; c.sk = 40; c.causal = BR);
+#undef V
+}
+
+static void bwd_paged(list *l) {
+  xcase c;
+#define P(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.bwd = 1;                                                               \
+    c.page = 16;                                                             \
+    c.seqused = 1;                                                           \
+    c.b = 3;                                                                 \
+    c.sq = 17;                                                               \
+    c.sk = 70;                                                               \
+    c.d = c.dv = 32;                                                         \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  P();
+  P(c.page = 3; c.causal = BR; c.dt = FA_F16);
+  P(c.page = 1; c.seqused = 0);
+  P(c.page = 7; c.hq = 4; c.hkv = 1; c.dt = FA_BF16; c.causal = BR);
+  P(c.page = 5; c.varlen = 2; c.causal = BR);
+#undef P
+}
+
+static void bwd_layout(list *l) {
+  xcase c;
+#define L(...)                                                               \
+  do {                                                                       \
+    c = xv_default();                                                        \
+    c.bwd = 1;                                                               \
+    c.sq = 40;                                                               \
+    c.sk = 56;                                                               \
+    c.hq = 4;                                                                \
+    c.d = c.dv = 32;                                                         \
+    __VA_ARGS__;                                                             \
+    add(l, c);                                                               \
+  } while (0)
+  L(c.layout = TS_BHSD);
+  L(c.layout = TS_SBHD; c.pad = 3; c.dt = FA_F16);
+  L(c.pad = 16; c.dt = FA_BF16; c.causal = BR);
+  L(c.layout = XV_LAYOUT_PACKED; c.sq = c.sk = 48; c.hkv = 2);
+  L(c.layout = TS_BHSD; c.mixed = 1; c.pad = 1; c.causal = TL);
+#undef L
+}
+
+int xv_group_cases(const char *name, xcase *out, int max) {
+  static const struct {
+    const char *name;
+    void (*fn)(list *);
+  } table[] = {{"fwd.dims", fwd_dims},         {"fwd.lengths", fwd_lengths},
+               {"fwd.masks", fwd_masks},       {"fwd.features", fwd_features},
+               {"fwd.gqa", fwd_gqa},           {"fwd.layout", fwd_layout},
+               {"fwd.varlen", fwd_varlen},     {"fwd.paged", fwd_paged},
+               {"fwd.decode", fwd_decode},     {"fwd.plan", fwd_plan},
+               {"bwd.dims", bwd_dims},         {"bwd.masks", bwd_masks},
+               {"bwd.features", bwd_features}, {"bwd.gqa", bwd_gqa},
+               {"bwd.varlen", bwd_varlen},     {"bwd.paged", bwd_paged},
+               {"bwd.layout", bwd_layout}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(table[i].name, name) == 0) {
+      list l = {out, 0, max};
+      table[i].fn(&l);
+      return l.n;
+    }
+  return -1;
+}
