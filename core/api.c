@@ -55,6 +55,7 @@ static fa_status plan_build(fa_context *ctx, const fa_attention *a,
   if (s) return s;
   fa_caps caps;
   plan_backend(p)->capabilities(ctx->state[p->slot], &caps);
+  if (need_backward) caps.pack_gqa = 0; // backward tiles are one head each
   fa_plan_compute(&p->prob, &caps, &p->data);
   if (fa_log_dispatch()) {
     char d[256];

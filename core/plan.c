@@ -34,22 +34,30 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   // B_r: Q tile + O accumulator + S row block fill what B_c left.
   int64_t q_row = (int64_t)(dpad + dvpad + bk) * 4;
   int64_t left = mem - (int64_t)bk * kv_row;
+  // GQA packing: the q heads that share a kv head become lanes of one tile,
+  // so each K/V block is loaded once for all of them (decode reads K/V once
+  // instead of `group` times). Lanes are (row, head), head fastest.
+  int pack = caps->pack_gqa && p->group > 1 ? p->group : 1;
   int bq = pow2_tile(align, left / q_row);
   if (bq > caps->max_block_q) bq = pow2_tile(align, caps->max_block_q);
-  if (bq > round_up(a->seqlen_q, align))
-    bq = pow2_tile(align, round_up(a->seqlen_q, align));
+  int64_t lanes = (int64_t)a->seqlen_q * pack;
+  if (bq > lanes) bq = pow2_tile(align, round_up((int)lanes, align));
+  if (bq < pack) bq = round_up(pack, align); // one row of every head at least
 
   out->block_q = bq;
   out->block_k = bk;
+  out->pack_group = pack;
+  out->block_rows = bq / pack;
   out->head_dim_pad = dpad;
   out->head_dim_v_pad = dvpad;
-  out->num_q_blocks = ceil_div(a->seqlen_q, bq);
+  out->num_q_blocks = ceil_div(a->seqlen_q, out->block_rows);
   out->num_k_blocks = ceil_div(a->seqlen_k, bk);
 
   // Split-KV only when the (batch, head, q block) items cannot keep every
   // worker busy: aim for two items per worker, each split keeping at least
   // two kv blocks so the merge stays cheap next to the work it saves.
-  int64_t base = (int64_t)a->batch * a->heads_q * out->num_q_blocks;
+  int64_t base =
+      (int64_t)a->batch * (a->heads_q / pack) * out->num_q_blocks;
   int splits = 1;
   int max_splits = caps->max_splits > 1 ? caps->max_splits : 1;
   if (base < caps->num_workers && max_splits > 1) {
@@ -62,7 +70,7 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   out->num_splits = splits;
   out->num_work = base * splits;
 
-  out->blocks_total = base * out->num_k_blocks;
+  out->blocks_total = base * pack * out->num_k_blocks;
   int64_t visited = 0;
   for (int qb = 0; qb < out->num_q_blocks; qb++) {
     int kb0, kb1;
@@ -74,8 +82,8 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
 
 void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
                        int sk, int qb, int *kb_begin, int *kb_end) {
-  int r0 = qb * plan->block_q;
-  int r1 = r0 + plan->block_q < sq ? r0 + plan->block_q : sq;
+  int r0 = qb * plan->block_rows;
+  int r1 = r0 + plan->block_rows < sq ? r0 + plan->block_rows : sq;
   *kb_begin = *kb_end = 0;
   if (r0 >= r1 || sk <= 0) return;
   // Both window edges move right by one key per row, so the keys the rows
@@ -101,7 +109,8 @@ void fa_plan_split_range(int begin, int end, int num_splits, int split,
 
 void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,
                        int64_t w, int *b, int *h, int *qb, int *split) {
-  int64_t bh_count = (int64_t)p->a.batch * p->a.heads_q;
+  const int units = p->a.heads_q / plan->pack_group;
+  int64_t bh_count = (int64_t)p->a.batch * units;
   *split = (int)(w % plan->num_splits);
   int64_t r = w / plan->num_splits;
   int64_t bh = r % bh_count;
@@ -110,8 +119,8 @@ void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,
   // hand them out first and let the short ones fill the gaps at the end.
   int grows = p->a.window_left < 0 && p->a.window_right >= 0;
   *qb = grows ? plan->num_q_blocks - 1 - qi : qi;
-  *h = (int)(bh % p->a.heads_q);
-  *b = (int)(bh / p->a.heads_q);
+  *h = (int)(bh % units) * plan->pack_group;
+  *b = (int)(bh / units);
 }
 
 size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {
@@ -121,10 +130,12 @@ size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {
                 (double)plan->blocks_total
           : 0.0;
   int n = snprintf(buf, len,
-                   "block_q=%d block_k=%d head_dim_pad=%d head_dim_v_pad=%d "
+                   "block_q=%d (%d rows x %d heads) block_k=%d "
+                   "head_dim_pad=%d head_dim_v_pad=%d "
                    "q_blocks=%d k_blocks=%d kv_splits=%d work_items=%lld "
                    "blocks_visited=%lld/%lld (%.1f%% skipped)",
-                   plan->block_q, plan->block_k, plan->head_dim_pad,
+                   plan->block_q, plan->block_rows, plan->pack_group,
+                   plan->block_k, plan->head_dim_pad,
                    plan->head_dim_v_pad, plan->num_q_blocks,
                    plan->num_k_blocks, plan->num_splits,
                    (long long)plan->num_work, (long long)plan->blocks_visited,

@@ -18,14 +18,19 @@ typedef struct fa_caps {
   int max_block_q;       // largest B_r the kernel handles
   int max_block_k;       // largest B_c the kernel handles
   int max_splits;        // largest kv split count (1: no split-KV)
+  int pack_gqa;          // 1: the kernel can put the q heads that share a kv
+                         // head into one tile (forward only)
 } fa_caps;
 
 typedef struct fa_plan_data {
-  int block_q, block_k;          // B_r, B_c
+  int block_q, block_k;          // B_r (query lanes of a tile), B_c
+  int pack_group;                // q heads per tile (GQA packing), else 1
+  int block_rows;                // query rows per tile: block_q / pack_group
   int head_dim_pad, head_dim_v_pad; // dims rounded up to tile_align
   int num_q_blocks, num_k_blocks;   // per (batch, head) at the max lengths
   int num_splits;                // kv splits per q block (split-KV)
-  int64_t num_work;              // work items: batch*heads_q*q_blocks*splits
+  int64_t num_work;              // work items: batch * (heads_q /
+                                 // pack_group) * q_blocks * splits
   int64_t blocks_total;          // (q block, k block) pairs without skipping
   int64_t blocks_visited;        // pairs visited after causal/window skipping
                                  // (at the max lengths; varlen varies)
@@ -46,7 +51,8 @@ void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
 void fa_plan_split_range(int begin, int end, int num_splits, int split,
                          int *s_begin, int *s_end);
 
-/* Work item w (0 <= w < num_work) as (batch, head, q block, split). The
+/* Work item w (0 <= w < num_work) as (batch, head, q block, split); with
+   GQA packing, head is the first of the pack_group heads of the item. The
    order puts splits innermost and, for causal problems, q blocks longest
    first, so dynamic scheduling ends with the short items. */
 void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,

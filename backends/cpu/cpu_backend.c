@@ -80,6 +80,7 @@ static void caps_for(void *state, fa_caps *caps, int vector_floats) {
   caps->max_block_q = vector_floats > 1 ? 128 : 64;
   caps->max_block_k = 64;
   caps->max_splits = 64;
+  caps->pack_gqa = 1;
 }
 
 static int cpu_supports(const fa_problem *p, char *why, size_t len) {

@@ -199,37 +199,46 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   return t;
 }
 
-/* Rows [row0, row0+nr) of a q-like tensor, transposed into dst[dim][bq];
-   query columns nr..bq are zero so padded lanes stay finite. */
+/* Query lanes of a tile: lane r is row row0 + r / pk of head h0 + r % pk
+   (pk > 1 packs the q heads that share a kv head into one tile). */
+typedef struct FA_FN(lanes) {
+  int h0, pk, row0, npos; // first head, heads per row, first row, rows
+} FA_FN(lanes);
+
+/* The tile's q rows, times mul, transposed into dst[dim][bq]; lanes past
+   the valid ones are zero so padded lanes stay finite. */
 static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
                                      const fa_problem *p, const fa_tensor *t,
-                                     int b, int h, int row0, int nr, int dim) {
+                                     int b, const FA_FN(lanes) * ln, int dim,
+                                     float mul) {
+  const int nr = ln->npos * ln->pk;
   for (int r = 0; r < bq; r++) {
     if (r < nr)
-      fa_load_row(row, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h),
+      fa_load_row(row, t->data, t->dtype,
+                  fa_q_offset(p, t, b, ln->row0 + r / ln->pk,
+                              ln->h0 + r % ln->pk),
                   dim);
     else
       memset(row, 0, sizeof(float) * (size_t)dim);
-    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d];
+    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d] * mul;
   }
 }
 
-/* S^T[c][r] = scale * k_c . q_r, then softcap / ALiBi / mask. With grad,
-   also d(score)/d(q.k) per element (backward's chain rule). Masked entries
-   are -INFINITY; query lanes past nr are left as computed (finite). */
+/* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then
+   softcap / ALiBi / mask. With grad, also d(score)/d(q.k) per element
+   (backward's chain rule). Masked entries are -INFINITY; lanes past the
+   valid ones are left as computed (finite). */
 static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
-                          float *ws, const float *k, int64_t ldk, int h,
-                          int sq, int sk, int row0, int nr, int col0, int nc,
-                          float *grad) {
+                          float *ws, const float *k, int64_t ldk,
+                          const FA_FN(lanes) * ln, int sq, int sk, int col0,
+                          int nc, float *grad) {
   float *s = ws + t->s;
-  const int bq = t->bq;
+  const int bq = t->bq, pk = ln->pk, nr = ln->npos * pk;
   FA_FN(gemm)(nc, bq, p->a.head_dim, k, ldk, 1, ws + t->qt, bq, s, bq, 0);
-  const fa_vf vscale = vf_set1(p->a.scale);
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
   const int shift = fa_diag_shift(p, sq, sk);
   for (int c = 0; c < nc; c++) {
     float *sc = s + (size_t)c * bq;
-    for (int r = 0; r < bq; r += FA_VW) vf_store(sc + r, vf_mul(vf_load(sc + r), vscale));
     if (grad) {
       float *gc = grad + (size_t)c * bq;
       for (int r = 0; r < bq; r++) {
@@ -243,21 +252,23 @@ static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
     }
     if (special)
       for (int r = 0; r < nr; r++)
-        sc[r] = fa_score_transform(p, sc[r], h, row0 + r, col0 + c, shift);
+        sc[r] = fa_score_transform(p, sc[r], ln->h0 + r % pk,
+                                   ln->row0 + r / pk, col0 + c, shift);
   }
   // Mask only blocks that cut through some row's window: the edges move
   // one key per row, so checking the first and last rows is enough.
   int lo_last, hi_last, lo_first, hi_first;
-  fa_visible_keys(p, row0, sq, sk, &lo_first, &hi_first);
-  fa_visible_keys(p, row0 + nr - 1, sq, sk, &lo_last, &hi_last);
+  fa_visible_keys(p, ln->row0, sq, sk, &lo_first, &hi_first);
+  fa_visible_keys(p, ln->row0 + ln->npos - 1, sq, sk, &lo_last, &hi_last);
   if (lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first)
     return;
-  for (int r = 0; r < nr; r++) {
+  for (int i = 0; i < ln->npos; i++) {
     int lo, hi;
-    fa_visible_keys(p, row0 + r, sq, sk, &lo, &hi);
+    fa_visible_keys(p, ln->row0 + i, sq, sk, &lo, &hi);
     for (int c = 0; c < nc; c++) {
       int j = col0 + c;
-      if (j < lo || j >= hi) {
+      if (j >= lo && j < hi) continue;
+      for (int r = i * pk; r < (i + 1) * pk; r++) {
         s[(size_t)c * bq + r] = -INFINITY;
         if (grad) grad[(size_t)c * bq + r] = 0.0f;
       }
@@ -314,18 +325,21 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
 static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                             const fa_fwd_args *args, const FA_FN(tiles) * t,
                             float *ws, int64_t w, FA_FN(partials) * part) {
-  int b, h, qb, split;
-  fa_plan_work_item(p, plan, w, &b, &h, &qb, &split);
+  int b, h0, qb, split;
+  fa_plan_work_item(p, plan, w, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
-  const int row0 = qb * t->bq;
+  const int row0 = qb * plan->block_rows;
   if (row0 >= sq) return;
-  const int nr = sq - row0 < t->bq ? sq - row0 : t->bq;
-  const int hk = h / p->group, dv = p->a.head_dim_v, bq = t->bq;
+  const int pk = plan->pack_group;
+  const FA_FN(lanes) ln = {
+      h0, pk, row0, sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows};
+  const int nr = ln.npos * pk;
+  const int hk = h0 / p->group, dv = p->a.head_dim_v, bq = t->bq;
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
 
   // The K tile doubles as the row buffer of the transposing load.
-  FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, h, row0,
-                           nr, p->a.head_dim);
+  FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
+                           p->a.head_dim, p->a.scale);
   for (int r = 0; r < bq; r++) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
@@ -352,7 +366,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                          p->a.head_dim);
       fa_cpu_load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
     }
-    FA_FN(scores)(p, t, ws, k, ldk, h, sq, sk, row0, nr, col0, nc, NULL);
+    FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);
     for (int r = 0; r < nr; r++) {
       if (mu[r] == 1.0f) continue;
@@ -368,10 +382,11 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 
   if (plan->num_splits == 1) {
     for (int r = 0; r < nr; r++) {
+      const int h = h0 + r % pk;
       float lse,
           inv = fa_softmax_finalize(m[r], l[r], FA_FN(sink)(p, h), &lse);
-      FA_FN(store_row)(p, args, b, h, row0 + r, o + (size_t)r * t->ldv, inv,
-                       lse);
+      FA_FN(store_row)(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv,
+                       inv, lse);
     }
     return;
   }
@@ -384,18 +399,19 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   }
 }
 
-/* Merge the splits of one (b, h, q block), row by row, in split order. */
+/* Merge the splits of one (b, heads, q block), lane by lane, in split
+   order. */
 static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
                              const fa_fwd_args *args,
                              const FA_FN(partials) * part, float *acc,
                              int64_t w0) {
-  int b, h, qb, split;
-  fa_plan_work_item(p, plan, w0, &b, &h, &qb, &split);
+  int b, h0, qb, split;
+  fa_plan_work_item(p, plan, w0, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), bq = plan->block_q, dv = p->a.head_dim_v;
-  const int row0 = qb * bq;
+  const int pk = plan->pack_group, row0 = qb * plan->block_rows;
   if (row0 >= sq) return;
-  const int nr = sq - row0 < bq ? sq - row0 : bq;
-  for (int r = 0; r < nr; r++) {
+  const int npos = sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows;
+  for (int r = 0; r < npos * pk; r++) {
     float m = -INFINITY, l = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)dv);
     for (int sp = 0; sp < plan->num_splits; sp++) {
@@ -403,8 +419,9 @@ static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
       const float *po = part->o + ((size_t)(w0 + sp) * bq + r) * dv;
       fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
     }
+    const int h = h0 + r % pk;
     float lse, inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), &lse);
-    FA_FN(store_row)(p, args, b, h, row0 + r, acc, inv, lse);
+    FA_FN(store_row)(p, args, b, h, row0 + r / pk, acc, inv, lse);
   }
 }
 
@@ -505,7 +522,8 @@ static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
                      p->a.head_dim_v);
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim; d++)
-      ws[t->qt + (size_t)d * bq + r] = r < nr ? ws[t->q + (size_t)r * t->ld + d] : 0.0f;
+      ws[t->qt + (size_t)d * bq + r] =
+          r < nr ? ws[t->q + (size_t)r * t->ld + d] * p->a.scale : 0.0f;
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim_v; d++)
       ws[t->dot + (size_t)d * bq + r] =
@@ -536,7 +554,8 @@ static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
   const FA_FN(tiles) *t = &c->t;
   const int bq = t->bq;
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
-  FA_FN(scores)(p, t, ws, ws + t->k, t->ld, h, sq, sk, row0, nr, col0, nc, g);
+  const FA_FN(lanes) ln = {h, 1, row0, nr};
+  FA_FN(scores)(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
   FA_FN(gemm)(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq,
               dp, bq, 0);
   const float *lse = ws + t->m, *dl = ws + t->l;

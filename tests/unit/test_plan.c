@@ -4,7 +4,8 @@
 // work would leave workers idle, the kv block range of a q block is exactly
 // the blocks holding a visible key (checked by brute force against the
 // header's mask formula), splits partition, and the work list enumerates
-// every (batch, head, q block, split) once.
+// every (batch, head, q block, split) once. With GQA packing (caps.pack_gqa)
+// a tile holds block_rows query rows of each of pack_group q heads.
 #include <string.h>
 
 #include "plan.h"
@@ -16,6 +17,7 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 static fa_caps make_caps(size_t mem, int workers, int align, int max_q,
                          int max_k, int max_splits) {
   fa_caps c;
+  memset(&c, 0, sizeof c); // pack_gqa and any later field: off
   c.fast_mem_bytes = mem;
   c.num_workers = workers;
   c.tile_align = align;
@@ -60,8 +62,8 @@ static int visible(const fa_problem *p, int sq, int sk, int i, int j) {
 // at most half the fast memory; B_r rows of Q, O and S, (dpad + dvpad + B_c)
 // fp32 values, fill what is left. Neither can go below one tile_align, so the
 // budget binds only where the minimum tile fits.
-static void check_tiles(const char *ctx, const fa_problem *p,
-                        const fa_caps *c, const fa_plan_data *d) {
+static void check_tiles(const char *ctx, const fa_problem *p, const fa_caps *c,
+                        const fa_plan_data *d) {
   int al = c->tile_align;
   const fa_attention *a = &p->a;
   CHECK(d->block_q >= al && d->block_q % al == 0,
@@ -72,21 +74,28 @@ static void check_tiles(const char *ctx, const fa_problem *p,
         d->block_q, c->max_block_q);
   CHECK(d->block_k <= c->max_block_k, "%s: block_k %d > max %d", ctx,
         d->block_k, c->max_block_k);
-  CHECK(d->block_q <= round_up(a->seqlen_q, al),
-        "%s: block_q %d larger than seqlen_q %d needs", ctx, d->block_q,
-        a->seqlen_q);
+  int pack = d->pack_group;
+  CHECK(pack == 1 || (c->pack_gqa && pack == p->group),
+        "%s: pack_group %d (pack_gqa %d, group %d)", ctx, pack, c->pack_gqa,
+        p->group);
+  CHECK(d->block_rows >= 1 && d->block_rows == d->block_q / pack,
+        "%s: block_rows %d for block_q %d and pack_group %d", ctx,
+        d->block_rows, d->block_q, pack);
+  CHECK(d->block_q <= round_up(a->seqlen_q * pack, al),
+        "%s: block_q %d larger than seqlen_q %d x %d heads need", ctx,
+        d->block_q, a->seqlen_q, pack);
   CHECK(d->block_k <= round_up(a->seqlen_k, al),
         "%s: block_k %d larger than seqlen_k %d needs", ctx, d->block_k,
         a->seqlen_k);
   CHECK(d->head_dim_pad == round_up(a->head_dim, al) &&
             d->head_dim_v_pad == round_up(a->head_dim_v, al),
-        "%s: dims padded to %d,%d (from %d,%d, align %d)", ctx,
-        d->head_dim_pad, d->head_dim_v_pad, a->head_dim, a->head_dim_v, al);
-  CHECK(d->num_q_blocks == ceil_div(a->seqlen_q, d->block_q) &&
+        "%s: dims padded to %d,%d (from %d,%d, align %d)", ctx, d->head_dim_pad,
+        d->head_dim_v_pad, a->head_dim, a->head_dim_v, al);
+  CHECK(d->num_q_blocks == ceil_div(a->seqlen_q, d->block_rows) &&
             d->num_k_blocks == ceil_div(a->seqlen_k, d->block_k),
         "%s: %d q blocks, %d k blocks for %d/%d rows of %d/%d", ctx,
         d->num_q_blocks, d->num_k_blocks, a->seqlen_q, a->seqlen_k,
-        d->block_q, d->block_k);
+        d->block_rows, d->block_k);
 
   long long dd = (long long)d->head_dim_pad + d->head_dim_v_pad;
   long long kv = (long long)d->block_k * dd * 4;
@@ -94,20 +103,24 @@ static void check_tiles(const char *ctx, const fa_problem *p,
   long long mem = (long long)c->fast_mem_bytes;
   CHECK(d->block_k == al || kv <= mem / 2,
         "%s: K/V tiles %lld B exceed half of %lld B", ctx, kv, mem);
-  CHECK(d->block_q == al || total <= mem,
+  // Packing needs at least one row of every head in a tile.
+  CHECK(d->block_q <= round_up(pack, al) || total <= mem,
         "%s: tiles %lld B exceed fast memory %lld B", ctx, total, mem);
 }
 
-static void check_counts(const char *ctx, const fa_problem *p,
-                         const fa_caps *c, const fa_plan_data *d) {
+static void check_counts(const char *ctx, const fa_problem *p, const fa_caps *c,
+                         const fa_plan_data *d) {
   const fa_attention *a = &p->a;
   CHECK(d->num_splits >= 1 && d->num_splits <= c->max_splits,
         "%s: %d splits, max %d", ctx, d->num_splits, c->max_splits);
   CHECK(d->num_splits <= d->num_k_blocks, "%s: %d splits > %d k blocks", ctx,
         d->num_splits, d->num_k_blocks);
   int64_t items = (int64_t)a->batch * a->heads_q * d->num_q_blocks;
-  CHECK(d->num_work == items * d->num_splits, "%s: num_work %lld, want %lld",
-        ctx, (long long)d->num_work, (long long)(items * d->num_splits));
+  CHECK(a->heads_q % d->pack_group == 0, "%s: pack_group %d of %d heads", ctx,
+        d->pack_group, a->heads_q);
+  int64_t work = items / d->pack_group * d->num_splits;
+  CHECK(d->num_work == work, "%s: num_work %lld, want %lld", ctx,
+        (long long)d->num_work, (long long)work);
   CHECK(d->blocks_total == items * d->num_k_blocks,
         "%s: blocks_total %lld, want %lld", ctx, (long long)d->blocks_total,
         (long long)(items * d->num_k_blocks));
@@ -128,10 +141,10 @@ static void check_counts(const char *ctx, const fa_problem *p,
 static void test_tiles(void) {
   size_t mems[] = {4096, 32768, 49152, 232448, 1048576, 2097152};
   int aligns[] = {1, 4, 8, 16, 64};
-  int dims[][2] = {{16, 0}, {64, 0}, {80, 0}, {128, 0}, {192, 128}, {256, 0},
-                   {7, 3}, {512, 0}};
-  int lens[][2] = {{1, 1}, {1, 4096}, {128, 128}, {1000, 1000}, {4096, 17},
-                   {129, 8191}};
+  int dims[][2] = {{16, 0},    {64, 0},  {80, 0}, {128, 0},
+                   {192, 128}, {256, 0}, {7, 3},  {512, 0}};
+  int lens[][2] = {{1, 1},       {1, 4096},  {128, 128},
+                   {1000, 1000}, {4096, 17}, {129, 8191}};
   char ctx[256];
   for (size_t mi = 0; mi < sizeof mems / sizeof mems[0]; mi++)
     for (size_t ai = 0; ai < sizeof aligns / sizeof aligns[0]; ai++)
@@ -142,10 +155,11 @@ static void test_tiles(void) {
           int maxk = al * (1 + (int)(ut_rand64() % 16));
           fa_caps c = make_caps(mems[mi], ut_rand_int(1, 200), al, maxq, maxk,
                                 ut_rand_int(1, 64));
+          c.pack_gqa = ut_rand_int(0, 1);
           fa_problem p;
           int causal = ut_rand_int(0, 2);
-          if (!make_problem(&p, ut_rand_int(1, 3), lens[li][0], lens[li][1],
-                            4, 2, dims[di][0], dims[di][1], causal, -1, -1))
+          if (!make_problem(&p, ut_rand_int(1, 3), lens[li][0], lens[li][1], 4,
+                            2, dims[di][0], dims[di][1], causal, -1, -1))
             continue;
           fa_plan_data d;
           memset(&d, 0x7f, sizeof d);
@@ -194,8 +208,7 @@ static void test_splits(void) {
   make_problem(&p, 1, 8192, 8192, 8, 8, 128, 0, 0, -1, -1);
   fa_plan_compute(&p, &c, &d);
   CHECK(d.num_splits == 1, "long queries: %d splits", d.num_splits);
-  make_problem(&p, 4, 2048, 2048, 16, 4, 64, 0, FA_CAUSAL_BOTTOM_RIGHT, -1,
-               -1);
+  make_problem(&p, 4, 2048, 2048, 16, 4, 64, 0, FA_CAUSAL_BOTTOM_RIGHT, -1, -1);
   fa_plan_compute(&p, &c, &d);
   CHECK(d.num_splits == 1, "long causal queries: %d splits", d.num_splits);
 
@@ -207,11 +220,12 @@ static void test_splits(void) {
 
   // Random problems: bounds always hold.
   for (int rep = 0; rep < 2000; rep++) {
-    fa_caps cr = make_caps((size_t)ut_rand_int(2048, 1 << 21),
-                           ut_rand_int(1, 256), 1 << ut_rand_int(0, 4), 0, 0,
-                           ut_rand_int(1, 128));
+    fa_caps cr =
+        make_caps((size_t)ut_rand_int(2048, 1 << 21), ut_rand_int(1, 256),
+                  1 << ut_rand_int(0, 4), 0, 0, ut_rand_int(1, 128));
     cr.max_block_q = cr.tile_align * ut_rand_int(1, 16);
     cr.max_block_k = cr.tile_align * ut_rand_int(1, 16);
+    cr.pack_gqa = ut_rand_int(0, 1);
     int hkv = ut_rand_int(1, 4);
     if (!make_problem(&p, ut_rand_int(1, 4), ut_rand_int(1, 300),
                       ut_rand_int(1, 5000), hkv * ut_rand_int(1, 4), hkv,
@@ -229,7 +243,7 @@ static void test_splits(void) {
 // blocks that hold at least one key visible to at least one of its rows.
 static void check_kv_ranges(const fa_problem *p, const fa_plan_data *d, int sq,
                             int sk, const char *ctx) {
-  int bq = d->block_q, bk = d->block_k;
+  int bq = d->block_rows, bk = d->block_k; // rows per q block
   for (int qb = 0; qb < ceil_div(sq, bq); qb++) {
     int first = -1, last = -1; // visible keys of the block, by brute force
     for (int i = qb * bq; i < sq && i < (qb + 1) * bq; i++)
@@ -269,10 +283,12 @@ static void test_kv_blocks(void) {
     int wl = ut_rand_int(0, 3) ? ut_rand_int(-1, 40) : -1;
     int wr = causal ? ut_rand_int(-1, 0) : ut_rand_int(-1, 40);
     fa_problem p;
-    if (!make_problem(&p, 1, sq, sk, 1, 1, 32, 0, causal, wl, wr)) continue;
+    int g = ut_rand_int(1, 4);
+    if (!make_problem(&p, 1, sq, sk, g, 1, 32, 0, causal, wl, wr)) continue;
     int al = 1 << ut_rand_int(0, 4);
     fa_caps c = make_caps((size_t)ut_rand_int(1024, 65536), 8, al,
                           al * ut_rand_int(1, 8), al * ut_rand_int(1, 8), 8);
+    c.pack_gqa = ut_rand_int(0, 1);
     fa_plan_data d;
     fa_plan_compute(&p, &c, &d);
     snprintf(ctx, sizeof ctx, "causal=%d w=%d,%d", causal, wl, wr);
@@ -297,7 +313,7 @@ static void test_kv_blocks(void) {
         (long long)d.blocks_visited, (long long)d.blocks_total);
 }
 
-// ---- splits of a range, work items -------------------------------------------
+// ---- splits of a range, work items ------------------------------------
 
 static void test_split_range(void) {
   for (int rep = 0; rep < 20000; rep++) {
@@ -336,15 +352,18 @@ static void test_work_items(void) {
     int causal = ut_rand_int(0, 2);
     fa_problem p;
     if (!make_problem(&p, ut_rand_int(1, 3), ut_rand_int(1, 300),
-                      ut_rand_int(1, 3000), hkv * ut_rand_int(1, 3), hkv, 64,
-                      0, causal, -1, -1))
+                      ut_rand_int(1, 3000), hkv * ut_rand_int(1, 3), hkv, 64, 0,
+                      causal, -1, -1))
       continue;
     fa_caps c = make_caps((size_t)ut_rand_int(8192, 131072),
-                          ut_rand_int(1, 300), 16, 64, 128,
-                          ut_rand_int(1, 16));
+                          ut_rand_int(1, 300), 16, 64, 128, ut_rand_int(1, 16));
+    c.pack_gqa = ut_rand_int(0, 1);
     fa_plan_data d;
     fa_plan_compute(&p, &c, &d);
-    int B = p.a.batch, H = p.a.heads_q, Q = d.num_q_blocks, S = d.num_splits;
+    // With packing an item covers pack_group heads; h is the first of them.
+    int P = d.pack_group;
+    int B = p.a.batch, H = p.a.heads_q / P, Q = d.num_q_blocks,
+        S = d.num_splits;
     size_t n = (size_t)B * H * Q * S;
     CHECK((int64_t)n == d.num_work, "num_work %lld, want %zu",
           (long long)d.num_work, n);
@@ -353,11 +372,12 @@ static void test_work_items(void) {
     for (int64_t w = 0; w < d.num_work; w++) {
       int b = -1, h = -1, qb = -1, sp = -1;
       fa_plan_work_item(&p, &d, w, &b, &h, &qb, &sp);
-      int ok = b >= 0 && b < B && h >= 0 && h < H && qb >= 0 && qb < Q &&
-               sp >= 0 && sp < S;
+      int ok = b >= 0 && b < B && h >= 0 && h % P == 0 && h / P < H &&
+               qb >= 0 && qb < Q && sp >= 0 && sp < S;
       CHECK(ok, "item %lld = (%d,%d,%d,%d) out of range (%d,%d,%d,%d)",
-            (long long)w, b, h, qb, sp, B, H, Q, S);
+            (long long)w, b, h, qb, sp, B, H * P, Q, S);
       if (!ok) continue;
+      h /= P;
       size_t id = (((size_t)b * H + h) * Q + qb) * S + sp;
       CHECK(!seen[id], "item (%d,%d,%d,%d) enumerated twice", b, h, qb, sp);
       seen[id] = 1;
@@ -386,6 +406,42 @@ static void test_work_items(void) {
     CHECK(missing == 0, "%zu work items never enumerated", missing);
     free(seen);
   }
+}
+
+// GQA packing: the heads that share a kv head share a tile.
+static void test_packing(void) {
+  fa_problem p;
+  fa_plan_data d;
+  // Decode with 8 q heads per kv head: one tile holds all 8.
+  make_problem(&p, 1, 1, 4096, 32, 4, 128, 0, 0, -1, -1);
+  fa_caps c = make_caps(262144, 64, 8, 128, 128, 32);
+  c.pack_gqa = 1;
+  fa_plan_compute(&p, &c, &d);
+  CHECK(d.pack_group == 8 && d.block_rows >= 1 && d.num_q_blocks == 1,
+        "decode 32:4 packed: pack %d rows %d q blocks %d", d.pack_group,
+        d.block_rows, d.num_q_blocks);
+  check_tiles("decode packed", &p, &c, &d);
+  check_counts("decode packed", &p, &c, &d);
+  c.pack_gqa = 0;
+  fa_plan_compute(&p, &c, &d);
+  CHECK(d.pack_group == 1 && d.block_rows == d.block_q,
+        "pack_gqa off: pack %d rows %d block_q %d", d.pack_group,
+        d.block_rows, d.block_q);
+  // MHA: nothing to pack.
+  make_problem(&p, 1, 100, 100, 4, 4, 64, 0, 0, -1, -1);
+  c.pack_gqa = 1;
+  fa_plan_compute(&p, &c, &d);
+  CHECK(d.pack_group == 1, "MHA packed into %d", d.pack_group);
+  // A group larger than the largest tile the kernel takes: B_r must still
+  // respect max_block_q (pack fewer heads, or none).
+  make_problem(&p, 1, 3, 64, 16, 1, 32, 0, 0, -1, -1);
+  c = make_caps(65536, 8, 1, 8, 64, 4);
+  c.pack_gqa = 1;
+  fa_plan_compute(&p, &c, &d);
+  CHECK(d.block_q <= c.max_block_q,
+        "group 16, max_block_q 8: block_q %d (pack %d)", d.block_q,
+        d.pack_group);
+  check_counts("group > max_block_q", &p, &c, &d);
 }
 
 static void test_describe(void) {
@@ -425,6 +481,7 @@ int main(void) {
   test_kv_blocks();
   test_split_range();
   test_work_items();
+  test_packing();
   test_describe();
   return ut_finish("test_plan");
 }
