@@ -37,11 +37,55 @@ static const fa_backend *plan_backend(const struct fa_plan *p) {
   return fa_registry_at(p->ctx->idx[p->slot])->backend;
 }
 
-/* Arrays are read by the core only where they are host memory; a GPU
-   backend validates its own copies. */
-static fa_status check_arrays(const struct fa_plan *p) {
-  if (plan_backend(p)->memory_space != FA_MEMORY_HOST) return FA_OK;
-  return fa_problem_check_arrays(&p->prob);
+/* The problem's arrays as the checks see them. In host memory they are the
+   caller's; in a GPU memory space the core copies cu_seqlens_q/k, seqused_k
+   and block_table to the host through the backend (a synchronous copy on
+   the context's stream), validates the copies and checks the tensors
+   against them (varlen tensor extents need the total row count). The
+   backend still receives the caller's problem, with device pointers. */
+typedef struct checked_arrays {
+  fa_problem prob; // the problem with host-readable arrays
+  int32_t *mem;    // host copies (NULL in host memory); free() it
+} checked_arrays;
+
+static fa_status copy_array(const struct fa_plan *p, int32_t **at,
+                            const int32_t **field, size_t n) {
+  if (!*field || !n) return FA_OK;
+  const fa_backend *b = plan_backend(p);
+  fa_status s = b->copy_to_host(p->ctx->state[p->slot], *at, *field, n * 4);
+  if (s) return s; // the backend recorded why
+  *field = *at;
+  *at += n;
+  return FA_OK;
+}
+
+static fa_status check_arrays(const struct fa_plan *p, checked_arrays *c) {
+  c->prob = p->prob;
+  c->mem = NULL;
+  if (plan_backend(p)->memory_space == FA_MEMORY_HOST)
+    return fa_problem_check_arrays(&c->prob);
+  fa_attention *a = &c->prob.a;
+  size_t nb = (size_t)a->batch;
+  size_t n_cuq = a->cu_seqlens_q ? nb + 1 : 0;
+  size_t n_cuk = a->cu_seqlens_k ? nb + 1 : 0;
+  size_t n_used = a->seqused_k ? nb : 0;
+  size_t n_table = a->block_table ? nb * (size_t)a->max_blocks_per_seq : 0;
+  size_t total = n_cuq + n_cuk + n_used + n_table;
+  if (!total) return FA_OK;
+  c->mem = malloc(total * sizeof(int32_t));
+  if (!c->mem)
+    return fa_fail(FA_ERR_OUT_OF_MEMORY,
+                   "host copies of the problem's arrays (%zu bytes): out of "
+                   "memory",
+                   total * sizeof(int32_t));
+  int32_t *at = c->mem;
+  fa_status s;
+  if ((s = copy_array(p, &at, &a->cu_seqlens_q, n_cuq)) ||
+      (s = copy_array(p, &at, &a->cu_seqlens_k, n_cuk)) ||
+      (s = copy_array(p, &at, &a->seqused_k, n_used)) ||
+      (s = copy_array(p, &at, &a->block_table, n_table)))
+    return s;
+  return fa_problem_check_arrays(&c->prob);
 }
 
 static fa_status plan_build(fa_context *ctx, const fa_attention *a,
@@ -67,9 +111,10 @@ static fa_status plan_build(fa_context *ctx, const fa_attention *a,
 
 static fa_status plan_run_forward(struct fa_plan *p, fa_tensor q, fa_tensor k,
                                   fa_tensor v, fa_tensor o, float *lse) {
-  fa_status s = check_arrays(p);
-  if (s) return s;
-  s = fa_problem_check_forward(&p->prob, &q, &k, &v, &o, lse);
+  checked_arrays c;
+  fa_status s = check_arrays(p, &c);
+  if (!s) s = fa_problem_check_forward(&c.prob, &q, &k, &v, &o, lse);
+  free(c.mem);
   if (s) return s;
   fa_fwd_args args = {q, k, v, o, lse};
   return p->kernel->forward(p->ctx->state[p->slot], &p->prob, &p->data, &args);
@@ -92,9 +137,12 @@ fa_status fa_backward(fa_context *ctx, const fa_attention *a, fa_tensor q,
   struct fa_plan p;
   fa_status s = plan_build(ctx, a, q.dtype, 1, &p);
   if (s) return s;
-  if ((s = check_arrays(&p))) return s;
-  s = fa_problem_check_backward(&p.prob, &q, &k, &v, &o, &d_o, lse, &dq, &dk,
-                                &dv);
+  checked_arrays c;
+  s = check_arrays(&p, &c);
+  if (!s)
+    s = fa_problem_check_backward(&c.prob, &q, &k, &v, &o, &d_o, lse, &dq,
+                                  &dk, &dv);
+  free(c.mem);
   if (s) return s;
   fa_bwd_args args = {q, k, v, o, d_o, lse, dq, dk, dv};
   return p.kernel->backward(ctx->state[p.slot], &p.prob, &p.data, &args);
@@ -107,7 +155,10 @@ fa_status fa_plan_create(fa_context *ctx, const fa_attention *a,
   struct fa_plan p;
   fa_status s = plan_build(ctx, a, dtype, 0, &p);
   if (s) return s;
-  if ((s = check_arrays(&p))) return s;
+  checked_arrays c;
+  s = check_arrays(&p, &c);
+  free(c.mem);
+  if (s) return s;
   struct fa_plan *h = malloc(sizeof *h);
   if (!h) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
   *h = p;
@@ -157,6 +208,7 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
   fa_problem p;
   if (fa_problem_init(&p, a, dtype)) {
     text_add(&t, "invalid problem: %s\n", fa_last_error());
+    fa_clear_error(); // explaining is not failing
     return t.used;
   }
   char desc[384];

@@ -2,6 +2,7 @@
 // fa_merge_states: the merge lemma as a public operation (split-KV, cascade
 // and ring attention all reduce to it).
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,6 +13,12 @@
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 #define FA_MERGE_MAX_PARTS 4096
+
+/* Largest element offset of a [batch, seq, heads, dim] view. */
+static int64_t tensor_span(const fa_tensor *t, const int64_t n[4]) {
+  return (n[0] - 1) * t->stride_batch + (n[1] - 1) * t->stride_seq +
+         (n[2] - 1) * t->stride_head + (n[3] - 1);
+}
 
 fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
                           const float *const *lse_parts, int batch,
@@ -37,10 +44,41 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
     if (s) return s;
     if (!lse_parts[i]) return fa_fail(INVALID, "lse_parts[%d] is NULL", i);
   }
-  // o may alias a part with the same layout: every element is read before
-  // it is written.
+  // o may alias a part with the same layout (and lse a part's lse): every
+  // element is read before it is written. Any other overlap is refused.
   fa_status s = fa_tensor_check("o", &o, ext, 1);
   if (s) return s;
+  const uintptr_t o0 = (uintptr_t)o.data,
+                  o1 = o0 + (uintptr_t)(tensor_span(&o, ext) + 1) *
+                                (o.dtype == FA_F32 ? 4u : 2u);
+  const size_t lse_bytes = (size_t)batch * heads * seqlen * sizeof(float);
+  for (int i = 0; i < n; i++) {
+    const fa_tensor *t = &o_parts[i];
+    uintptr_t p0 = (uintptr_t)t->data,
+              p1 = p0 + (uintptr_t)(tensor_span(t, ext) + 1) *
+                            (t->dtype == FA_F32 ? 4u : 2u);
+    int same = t->data == o.data && t->dtype == o.dtype &&
+               t->stride_batch == o.stride_batch &&
+               t->stride_seq == o.stride_seq && t->stride_head == o.stride_head;
+    if (o0 < p1 && p0 < o1 && !same)
+      return fa_fail(INVALID,
+                     "o overlaps o_parts[%d] with a different layout (only "
+                     "exact aliasing is allowed)",
+                     i);
+    if (lse) {
+      uintptr_t l0 = (uintptr_t)lse, l1 = l0 + lse_bytes,
+                q0 = (uintptr_t)lse_parts[i], q1 = q0 + lse_bytes;
+      if (l0 < q1 && q0 < l1 && lse != lse_parts[i])
+        return fa_fail(INVALID,
+                       "lse overlaps lse_parts[%d] at another offset (only "
+                       "exact aliasing is allowed)",
+                       i);
+      if (l0 < p1 && p0 < l1)
+        return fa_fail(INVALID, "lse overlaps o_parts[%d]", i);
+    }
+  }
+  if (lse && (uintptr_t)lse < o1 && o0 < (uintptr_t)lse + lse_bytes)
+    return fa_fail(INVALID, "lse overlaps o");
   const fa_backend *b = fa_registry_at(ctx->idx[0])->backend;
   return b->merge_states(ctx->state[0], n, o_parts, lse_parts, batch, seqlen,
                          heads, head_dim, o, lse);

@@ -37,7 +37,12 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   // GQA packing: the q heads that share a kv head become lanes of one tile,
   // so each K/V block is loaded once for all of them (decode reads K/V once
   // instead of `group` times). Lanes are (row, head), head fastest.
-  int pack = caps->pack_gqa && p->group > 1 ? p->group : 1;
+  // A tile holds whole heads of one group and never more lanes than the
+  // kernel's largest tile: pack the largest divisor of the group that fits.
+  int pack = 1;
+  if (caps->pack_gqa)
+    for (int g = p->group; g > 1 && pack == 1; g--)
+      if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q) pack = g;
   int bq = pow2_tile(align, left / q_row);
   if (bq > caps->max_block_q) bq = pow2_tile(align, caps->max_block_q);
   int64_t lanes = (int64_t)a->seqlen_q * pack;

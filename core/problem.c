@@ -14,7 +14,7 @@
 
 fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
                           fa_dtype dtype) {
-  if (!in) return fa_fail(INVALID, "attention problem pointer is NULL");
+  if (!in) return fa_fail(INVALID, "a (the attention problem) is NULL");
   const fa_attention *a = in;
   if (dtype != FA_F32 && dtype != FA_F16 && dtype != FA_BF16)
     return fa_fail(INVALID, "dtype=%d is not FA_F32, FA_F16 or FA_BF16",

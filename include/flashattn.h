@@ -269,6 +269,9 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_attention *a,
  * disjoint key sets into the result over their union. o_parts[i] is
  * [batch, seqlen, heads, head_dim]; lse_parts[i] is [batch][heads][seqlen]
  * fp32. A part whose lse is -inf contributes nothing. @p lse may be NULL.
+ * In place is allowed: @p o may be exactly one of the parts (same pointer,
+ * dtype and strides) and @p lse exactly one of lse_parts; any other overlap
+ * is FA_ERR_INVALID_ARGUMENT.
  */
 FA_API fa_status fa_merge_states(fa_context *ctx, int n,
                                  const fa_tensor *o_parts,

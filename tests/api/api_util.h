@@ -49,12 +49,18 @@ UT_UNUSED static int au_has_value(const char *msg, const char *value) {
 
 UT_UNUSED static const char *au_status_name(fa_status s) {
   switch (s) {
-  case FA_OK: return "FA_OK";
-  case FA_ERR_INVALID_ARGUMENT: return "FA_ERR_INVALID_ARGUMENT";
-  case FA_ERR_UNSUPPORTED: return "FA_ERR_UNSUPPORTED";
-  case FA_ERR_NO_DEVICE: return "FA_ERR_NO_DEVICE";
-  case FA_ERR_OUT_OF_MEMORY: return "FA_ERR_OUT_OF_MEMORY";
-  case FA_ERR_BACKEND: return "FA_ERR_BACKEND";
+  case FA_OK:
+    return "FA_OK";
+  case FA_ERR_INVALID_ARGUMENT:
+    return "FA_ERR_INVALID_ARGUMENT";
+  case FA_ERR_UNSUPPORTED:
+    return "FA_ERR_UNSUPPORTED";
+  case FA_ERR_NO_DEVICE:
+    return "FA_ERR_NO_DEVICE";
+  case FA_ERR_OUT_OF_MEMORY:
+    return "FA_ERR_OUT_OF_MEMORY";
+  case FA_ERR_BACKEND:
+    return "FA_ERR_BACKEND";
   }
   return "(not a status)";
 }
@@ -62,12 +68,13 @@ UT_UNUSED static const char *au_status_name(fa_status s) {
 // Check a failing call: status, a message naming every word of `fields`
 // (space-separated; NULL: any non-empty message) and showing value (NULL:
 // not checked).
-#define EXPECT_FAIL(what, got, want, field, value)                           \
+#define EXPECT_FAIL(what, got, want, field, value)                             \
   au_expect_fail(__FILE__, __LINE__, what, got, want, field, value)
 
-UT_UNUSED static void au_expect_fail(const char *file, int line, const char *what,
-                           fa_status got, fa_status want, const char *field,
-                           const char *value) {
+UT_UNUSED static void au_expect_fail(const char *file, int line,
+                                     const char *what, fa_status got,
+                                     fa_status want, const char *field,
+                                     const char *value) {
   const char *msg = fa_last_error();
   ut_checks++;
   if (got != want) {
@@ -90,17 +97,16 @@ UT_UNUSED static void au_expect_fail(const char *file, int line, const char *wha
     if (!n) break;
     ut_checks++;
     if (!au_has_word(msg, w))
-      ut_report(file, line, what, "message \"%s\" does not name '%s'", msg,
-                w);
+      ut_report(file, line, what, "message \"%s\" does not name '%s'", msg, w);
   }
   ut_checks++;
   if (value && !au_has_value(msg, value))
-    ut_report(file, line, what, "message \"%s\" does not show value '%s'",
-              msg, value);
+    ut_report(file, line, what, "message \"%s\" does not show value '%s'", msg,
+              value);
 }
 
-#define EXPECT_OK(what, got)                                                  \
-  CHECK((got) == FA_OK, "%s: status %s, message \"%s\"", what,              \
+#define EXPECT_OK(what, got)                                                   \
+  CHECK((got) == FA_OK, "%s: status %s, message \"%s\"", what,                 \
         au_status_name(got), fa_last_error())
 
 // ---- host buffers ----------------------------------------------------------

@@ -83,9 +83,9 @@ static fa_tensor tk(problem *p, float *x, int dim) {
 static double loss_library(problem *p) {
   static float o[MAXE];
   int dv = dv_of(p->vr);
-  fa_status s = fa_forward(ctx, &p->a, tq(p, p->q), tk(p, p->k, p->vr->d),
-                           tk(p, p->v, dv),
-                           au_bshd(o, p->vr->sq, p->vr->hq, dv), NULL);
+  fa_status s =
+      fa_forward(ctx, &p->a, tq(p, p->q), tk(p, p->k, p->vr->d),
+                 tk(p, p->v, dv), au_bshd(o, p->vr->sq, p->vr->hq, dv), NULL);
   if (s != FA_OK) {
     CHECK(0, "%s: forward failed: %s", p->vr->name, fa_last_error());
     return NAN;
@@ -96,8 +96,8 @@ static double loss_library(problem *p) {
 }
 
 // The same loss from a float64 forward written from the header's text.
-static double loss_reference(const problem *p, const double *q,
-                             const double *k, const double *v, double *o) {
+static double loss_reference(const problem *p, const double *q, const double *k,
+                             const double *v, double *o) {
   const variant *vr = p->vr;
   int dv = dv_of(vr), group = vr->hq / vr->hkv;
   double scale = 1.0 / sqrt((double)vr->d), l = 0.0;
@@ -110,8 +110,8 @@ static double loss_reference(const problem *p, const double *q,
         double s[64], mx = vr->sinks ? p->sinks[h] : -INFINITY;
         for (int j = 0; j < vr->sk; j++) {
           long diag = i + shift;
-          int vis = (vr->wl < 0 || j >= diag - vr->wl) &&
-                    (wr < 0 || j <= diag + wr);
+          int vis =
+              (vr->wl < 0 || j >= diag - vr->wl) && (wr < 0 || j <= diag + wr);
           if (!vis) {
             s[j] = -INFINITY;
             continue;
@@ -190,8 +190,8 @@ static void fd_reference(const problem *p, grads *g) {
 }
 
 static double compare(const char *vname, const char *what, const char *which,
-                      const float *got, const double *want, int n,
-                      double atol, double rtol) {
+                      const float *got, const double *want, int n, double atol,
+                      double rtol) {
   double worst = 0.0;
   int bad = -1;
   for (int i = 0; i < n; i++) {
@@ -232,9 +232,8 @@ static int run_variant(const variant *vr) {
   // Backward with d_o = w; gradients poisoned with NaN beforehand.
   for (int i = 0; i < MAXE; i++) dq[i] = dk[i] = dv[i] = NAN;
   fa_tensor d_o = au_bshd(p.w, vr->sq, vr->hq, dvd); // dL/dO = w
-  s = fa_backward(ctx, &p.a, tq(&p, p.q), tk(&p, p.k, vr->d),
-                  tk(&p, p.v, dvd), to, d_o, lse, tq(&p, dq),
-                  tk(&p, dk, vr->d), tk(&p, dv, dvd));
+  s = fa_backward(ctx, &p.a, tq(&p, p.q), tk(&p, p.k, vr->d), tk(&p, p.v, dvd),
+                  to, d_o, lse, tq(&p, dq), tk(&p, dk, vr->d), tk(&p, dv, dvd));
   if (s == FA_ERR_UNSUPPORTED && strstr(fa_last_error(), "backward")) {
     printf("  %s: no backward here (%s)\n", vr->name, fa_last_error());
     return 0;

@@ -22,8 +22,11 @@ static void test_version_status(void) {
   CHECK(v && strcmp(v, want) == 0, "fa_version \"%s\", macros say \"%s\"",
         v ? v : "(null)", want);
 
-  const fa_status all[] = {FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_UNSUPPORTED,
-                           FA_ERR_NO_DEVICE, FA_ERR_OUT_OF_MEMORY,
+  const fa_status all[] = {FA_OK,
+                           FA_ERR_INVALID_ARGUMENT,
+                           FA_ERR_UNSUPPORTED,
+                           FA_ERR_NO_DEVICE,
+                           FA_ERR_OUT_OF_MEMORY,
                            FA_ERR_BACKEND};
   const int n = (int)(sizeof all / sizeof all[0]);
   // Stable numbers.
@@ -41,8 +44,7 @@ static void test_version_status(void) {
             (int)all[j], s ? s : "");
   }
   CHECK(strstr(fa_status_string(FA_ERR_INVALID_ARGUMENT), "invalid") != NULL,
-        "invalid argument: \"%s\"",
-        fa_status_string(FA_ERR_INVALID_ARGUMENT));
+        "invalid argument: \"%s\"", fa_status_string(FA_ERR_INVALID_ARGUMENT));
   const char *bad = fa_status_string((fa_status)99);
   CHECK(bad && *bad, "fa_status_string(99) is empty or NULL");
   for (int j = 0; j < n; j++)
@@ -97,11 +99,9 @@ static void test_contexts(void) {
     CHECK(c == sentinel, "ctx written by a failing create");
   }
   s = fa_context_create_by_name(&c, "cpu-nonexistent-9");
-  EXPECT_FAIL("create_by_name unknown", s, FA_ERR_NO_DEVICE, NULL,
-              NULL);
+  EXPECT_FAIL("create_by_name unknown", s, FA_ERR_NO_DEVICE, NULL, NULL);
   CHECK(strstr(fa_last_error(), "cpu-nonexistent-9") != NULL,
-        "message \"%s\" does not name the backend asked for",
-        fa_last_error());
+        "message \"%s\" does not name the backend asked for", fa_last_error());
   CHECK(c == sentinel, "ctx written by a failing create");
   s = fa_context_create_by_name(&c, NULL);
   EXPECT_FAIL("create_by_name NULL name", s, FA_ERR_INVALID_ARGUMENT, "name",
@@ -195,7 +195,7 @@ static void test_contexts(void) {
   fa_context_destroy(NULL);
 }
 
-// ---- fa_last_error --------------------------------------------------------------
+// ---- fa_last_error -------------------------------------------------------
 
 typedef struct thread_result {
   fa_context *ctx;
@@ -221,8 +221,8 @@ static void test_last_error(void) {
   s = fa_context_set_threads(c, -7);
   EXPECT_FAIL("set_threads -7", s, FA_ERR_INVALID_ARGUMENT, NULL, "-7");
   EXPECT_OK("set_threads 1", fa_context_set_threads(c, 1));
-  CHECK(fa_last_error()[0] == '\0',
-        "message \"%s\" survives a successful call", fa_last_error());
+  CHECK(fa_last_error()[0] == '\0', "message \"%s\" survives a successful call",
+        fa_last_error());
 
   // This thread's message is its own.
   s = fa_context_set_threads(c, -7);
@@ -252,8 +252,7 @@ static void test_last_error(void) {
 
 // ---- fa_explain -----------------------------------------------------------
 
-static void line_of(const char *text, const char *name, char *out,
-                    size_t len) {
+static void line_of(const char *text, const char *name, char *out, size_t len) {
   out[0] = '\0';
   for (const char *s = text; s && *s;) {
     const char *e = strchr(s, '\n');
@@ -290,8 +289,7 @@ static void test_explain(void) {
     CHECK(line[0] != '\0', "explain has no line for backend %s", name);
     if (i == 0)
       CHECK(strstr(line, "taken") && !strstr(line, "but"),
-            "best-ranked backend %s is not the one taken: \"%s\"", name,
-            line);
+            "best-ranked backend %s is not the one taken: \"%s\"", name, line);
     else
       CHECK(!strstr(line, "taken") || strstr(line, "but"),
             "backend %s (rank %d) also claims to be taken: \"%s\"", name, i,
@@ -305,8 +303,8 @@ static void test_explain(void) {
   CHECK(fa_explain(&a, FA_F32, NULL, 0) == n, "explain length query");
   char small[10];
   memset(small, 'x', sizeof small);
-  CHECK(fa_explain(&a, FA_F32, small, sizeof small) == n &&
-            small[9] == '\0' && strncmp(small, buf, 9) == 0,
+  CHECK(fa_explain(&a, FA_F32, small, sizeof small) == n && small[9] == '\0' &&
+            strncmp(small, buf, 9) == 0,
         "explain truncation");
 
   a.head_dim = 600;

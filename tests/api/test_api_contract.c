@@ -77,10 +77,12 @@ static void test_writes_confined(void) {
   for (size_t i = 0; i < nq + 2 * GUARD; i++) {
     uint32_t u;
     memcpy(&u, &obuf[i], 4);
-    int inside = i >= GUARD && i < GUARD + nq &&
-                 in_view(&to, SQ, HQ, i - GUARD);
-    if (inside) unwritten += u == pattern || !isfinite(obuf[i]);
-    else outside += u != pattern;
+    int inside =
+        i >= GUARD && i < GUARD + nq && in_view(&to, SQ, HQ, i - GUARD);
+    if (inside)
+      unwritten += u == pattern || !isfinite(obuf[i]);
+    else
+      outside += u != pattern;
   }
   CHECK(outside == 0, "%s: %ld floats written outside o's view", backend,
         outside);
@@ -91,8 +93,10 @@ static void test_writes_confined(void) {
     uint32_t u;
     memcpy(&u, &lbuf[i], 4);
     int inside = i >= GUARD && i < GUARD + B * HQ * SQ;
-    if (inside) unwritten += u == pattern || !isfinite(lbuf[i]);
-    else outside += u != pattern;
+    if (inside)
+      unwritten += u == pattern || !isfinite(lbuf[i]);
+    else
+      outside += u != pattern;
   }
   CHECK(outside == 0, "%s: %ld floats written outside lse", backend, outside);
   CHECK(unwritten == 0, "%s: %ld lse values not written", backend, unwritten);
@@ -133,8 +137,8 @@ static void test_no_read_past_length(void) {
     a.window_left = cm == 2 ? 2 : -1;
     fa_tensor tq = au_bshd(q, SQ, HQ, D), tk = au_bshd(k, SK, HKV, D),
               tv = au_bshd(v, SK, HKV, D);
-    EXPECT_OK("clean", fa_forward(ctx, &a, tq, tk, tv,
-                                  au_bshd(o1, SQ, HQ, D), l1));
+    EXPECT_OK("clean",
+              fa_forward(ctx, &a, tq, tk, tv, au_bshd(o1, SQ, HQ, D), l1));
     float ks[NK], vs[NK];
     memcpy(ks, k, sizeof ks);
     memcpy(vs, v, sizeof vs);
@@ -144,8 +148,8 @@ static void test_no_read_past_length(void) {
           k[(b * SK + j) * HKV * D + x] = NAN;
           v[(b * SK + j) * HKV * D + x] = NAN;
         }
-    EXPECT_OK("poisoned tail", fa_forward(ctx, &a, tq, tk, tv,
-                                          au_bshd(o2, SQ, HQ, D), l2));
+    EXPECT_OK("poisoned tail",
+              fa_forward(ctx, &a, tq, tk, tv, au_bshd(o2, SQ, HQ, D), l2));
     CHECK(memcmp(o1, o2, sizeof o1) == 0 && memcmp(l1, l2, sizeof l1) == 0,
           "%s causal=%d: keys past seqused_k changed the result", backend,
           causal_modes[cm]);
@@ -168,10 +172,9 @@ static void test_no_read_past_length(void) {
   a.causal = 0;
   a.window_left = -1;
   a.sinks = sinks;
-  EXPECT_OK("sinks", fa_forward(ctx, &a, au_bshd(q, SQ, HQ, D),
-                                au_bshd(k, SK, HKV, D),
-                                au_bshd(v, SK, HKV, D),
-                                au_bshd(o1, SQ, HQ, D), l1));
+  EXPECT_OK("sinks",
+            fa_forward(ctx, &a, au_bshd(q, SQ, HQ, D), au_bshd(k, SK, HKV, D),
+                       au_bshd(v, SK, HKV, D), au_bshd(o1, SQ, HQ, D), l1));
   int bad = 0;
   for (int i = 0; i < SQ; i++)
     for (int h = 0; h < HQ; h++) {
@@ -214,10 +217,9 @@ static void test_paged_reads(void) {
   a.max_blocks_per_seq = MAXB;
   a.page_size = PS;
   a.num_pages = PAGES;
-  EXPECT_OK("paged", fa_forward(ctx, &a, au_bshd(q, SQ, HQ, D),
-                                au_bshd(kp, PS, HKV, D),
-                                au_bshd(vp, PS, HKV, D),
-                                au_bshd(o2, SQ, HQ, D), l2));
+  EXPECT_OK("paged",
+            fa_forward(ctx, &a, au_bshd(q, SQ, HQ, D), au_bshd(kp, PS, HKV, D),
+                       au_bshd(vp, PS, HKV, D), au_bshd(o2, SQ, HQ, D), l2));
   double worst = 0.0;
   for (int i = 0; i < NQ; i++)
     if (!(fabs((double)o1[i] - o2[i]) <= worst))
@@ -225,8 +227,7 @@ static void test_paged_reads(void) {
   for (int i = 0; i < NL; i++)
     if (!(fabs((double)l1[i] - l2[i]) <= worst) && l1[i] != l2[i])
       worst = fabs((double)l1[i] - l2[i]);
-  CHECK(worst <= 1e-6, "%s: paged differs from dense by %.3g", backend,
-        worst);
+  CHECK(worst <= 1e-6, "%s: paged differs from dense by %.3g", backend, worst);
 }
 
 // ---- threads ---------------------------------------------------------------
@@ -238,7 +239,7 @@ typedef struct worker {
   int count;        // fa_backend_count() as this thread saw it
   fa_status status;
   float o[B * SQ * HQ * D], lse[B * HQ * SQ];
-  int stable;       // every repetition gave the same bits
+  int stable; // every repetition gave the same bits
 } worker;
 
 static float tq_data[B * SQ * HQ * D], tk_data[B * SK * HKV * D],
@@ -256,10 +257,9 @@ static void *work(void *arg) {
   w->stable = 1;
   for (int r = 0; r < REPS && w->status == FA_OK; r++) {
     float o[B * SQ * HQ * D], lse[B * HQ * SQ];
-    w->status = fa_forward(c, &a, au_bshd(tq_data, SQ, HQ, D),
-                           au_bshd(tk_data, SK, HKV, D),
-                           au_bshd(tv_data, SK, HKV, D),
-                           au_bshd(o, SQ, HQ, D), lse);
+    w->status = fa_forward(
+        c, &a, au_bshd(tq_data, SQ, HQ, D), au_bshd(tk_data, SK, HKV, D),
+        au_bshd(tv_data, SK, HKV, D), au_bshd(o, SQ, HQ, D), lse);
     if (r == 0) {
       memcpy(w->o, o, sizeof o);
       memcpy(w->lse, lse, sizeof lse);
@@ -293,8 +293,7 @@ static void test_threads_first_use(void) {
   static worker ws[NT];
   run_threads(NULL, ws);
   for (int i = 0; i < NT; i++) {
-    CHECK(ws[i].status == FA_OK, "thread %d: status %d", i,
-          (int)ws[i].status);
+    CHECK(ws[i].status == FA_OK, "thread %d: status %d", i, (int)ws[i].status);
     CHECK(ws[i].count == ws[0].count && ws[i].count >= 1,
           "thread %d saw %d backends, thread 0 saw %d", i, ws[i].count,
           ws[0].count);
@@ -313,8 +312,8 @@ static void test_threads_per_backend(void) {
   run_threads(names, ws);
   for (int i = 0; i < NT; i++) {
     CHECK(ws[i].status == FA_OK && ws[i].stable,
-          "thread %d (%s): status %d stable %d", i, names[i],
-          (int)ws[i].status, ws[i].stable);
+          "thread %d (%s): status %d stable %d", i, names[i], (int)ws[i].status,
+          ws[i].stable);
     for (int j = 0; j < i; j++)
       if (strcmp(names[i], names[j]) == 0)
         CHECK(memcmp(ws[i].o, ws[j].o, sizeof ws[0].o) == 0,

@@ -24,9 +24,9 @@ static fa_status tiny_forward(fa_context *c, int head_dim) {
   a.seqlen_k = 3;
   a.heads_q = a.heads_kv = 1;
   a.head_dim = head_dim;
-  return fa_forward(c, &a, au_bshd(q, 2, 1, head_dim), au_bshd(k, 3, 1, head_dim),
-                    au_bshd(v, 3, 1, head_dim), au_bshd(o, 2, 1, head_dim),
-                    lse);
+  return fa_forward(c, &a, au_bshd(q, 2, 1, head_dim),
+                    au_bshd(k, 3, 1, head_dim), au_bshd(v, 3, 1, head_dim),
+                    au_bshd(o, 2, 1, head_dim), lse);
 }
 
 // Run fn with stderr captured into out (NUL-terminated).
@@ -135,8 +135,8 @@ static int mode_nonexistent(void) {
   fa_context *const sentinel = (fa_context *)(uintptr_t)0x99;
   fa_context *c = sentinel;
   fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
-  EXPECT_FAIL("AUTO with FLASHATTN_BACKEND unknown", s, FA_ERR_NO_DEVICE,
-              NULL, NULL);
+  EXPECT_FAIL("AUTO with FLASHATTN_BACKEND unknown", s, FA_ERR_NO_DEVICE, NULL,
+              NULL);
   CHECK(strstr(fa_last_error(), env) != NULL,
         "message \"%s\" does not name \"%s\"", fa_last_error(), env);
   CHECK(strstr(fa_last_error(), "FLASHATTN_BACKEND") != NULL,

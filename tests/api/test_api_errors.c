@@ -67,7 +67,7 @@ static void fwd_case(const char *what, const fa_attention *a, fa_tensor q,
   inputs_untouched(what);
 }
 
-#define FWD_A(what, a, want, fields, value) \
+#define FWD_A(what, a, want, fields, value)                                    \
   fwd_case(what, a, tq, tk, tv, to, want, fields, value)
 
 static void test_valid_base(void) {
@@ -86,8 +86,8 @@ static void test_valid_base(void) {
 
 static void test_problem_fields(void) {
   fa_attention a;
-  fwd_case("NULL problem", NULL, tq, tk, tv, to, FA_ERR_INVALID_ARGUMENT,
-           NULL, NULL);
+  fwd_case("NULL problem", NULL, tq, tk, tv, to, FA_ERR_INVALID_ARGUMENT, NULL,
+           NULL);
   {
     au_poison(&ob, 0xa5);
     au_poison(&lb, 0x5a);
@@ -95,11 +95,11 @@ static void test_problem_fields(void) {
     EXPECT_FAIL("NULL ctx", s, FA_ERR_INVALID_ARGUMENT, "ctx", NULL);
     CHECK(au_changed(&ob) < 0 && au_changed(&lb) < 0, "NULL ctx: written");
   }
-#define INT_FIELD(field, bad, str, name)                                      \
-  do {                                                                        \
-    a = base;                                                                 \
-    a.field = bad;                                                            \
-    FWD_A(#field " = " str, &a, FA_ERR_INVALID_ARGUMENT, name, str);          \
+#define INT_FIELD(field, bad, str, name)                                       \
+  do {                                                                         \
+    a = base;                                                                  \
+    a.field = bad;                                                             \
+    FWD_A(#field " = " str, &a, FA_ERR_INVALID_ARGUMENT, name, str);           \
   } while (0)
   INT_FIELD(batch, 0, "0", "batch");
   INT_FIELD(batch, -2, "-2", "batch");
@@ -121,8 +121,8 @@ static void test_problem_fields(void) {
 
   a = base;
   a.heads_kv = 3; // 4 % 3 != 0
-  FWD_A("heads_q % heads_kv", &a, FA_ERR_INVALID_ARGUMENT,
-        "heads_q heads_kv", "3");
+  FWD_A("heads_q % heads_kv", &a, FA_ERR_INVALID_ARGUMENT, "heads_q heads_kv",
+        "3");
   a = base;
   a.causal = FA_CAUSAL_BOTTOM_RIGHT;
   a.window_right = 2;
@@ -183,8 +183,8 @@ static void test_tensors(void) {
            "q stride_seq", "-1");
   t = tk;
   t.stride_batch = -112;
-  fwd_case("k.stride_batch -112", &base, tq, t, tv, to,
-           FA_ERR_INVALID_ARGUMENT, "k stride_batch", "-112");
+  fwd_case("k.stride_batch -112", &base, tq, t, tv, to, FA_ERR_INVALID_ARGUMENT,
+           "k stride_batch", "-112");
   t = tv;
   t.stride_head = -8;
   fwd_case("v.stride_head -8", &base, tq, tk, t, to, FA_ERR_INVALID_ARGUMENT,
@@ -223,8 +223,8 @@ static void test_tensors(void) {
            "o dtype", NULL);
   t = tq;
   t.dtype = (fa_dtype)7;
-  fwd_case("q dtype 7", &base, t, tk, tv, to, FA_ERR_INVALID_ARGUMENT,
-           "dtype", "7");
+  fwd_case("q dtype 7", &base, t, tk, tv, to, FA_ERR_INVALID_ARGUMENT, "dtype",
+           "7");
 
   // Valid but unusual strides are accepted: inputs may alias (a k/v cache
   // shared by the whole batch).
@@ -320,8 +320,8 @@ static void test_paged(void) {
            "page_size", "-4");
   c = a;
   c.max_blocks_per_seq = 1; // 1 x 4 < seqlen_k 7
-  fwd_case("block table too short", &c, tq, pk, pv, to,
-           FA_ERR_INVALID_ARGUMENT, "max_blocks_per_seq", "1");
+  fwd_case("block table too short", &c, tq, pk, pv, to, FA_ERR_INVALID_ARGUMENT,
+           "max_blocks_per_seq", "1");
   c = a;
   c.num_pages = 0;
   fwd_case("num_pages 0", &c, tq, pk, pv, to, FA_ERR_INVALID_ARGUMENT,
@@ -333,8 +333,8 @@ static void test_paged(void) {
   fwd_case("block_table entry == num_pages", &a, tq, pk, pv, to,
            FA_ERR_INVALID_ARGUMENT, "block_table", NULL);
   table[1][1] = -1;
-  fwd_case("block_table entry -1", &a, tq, pk, pv, to,
-           FA_ERR_INVALID_ARGUMENT, "block_table", "-1");
+  fwd_case("block_table entry -1", &a, tq, pk, pv, to, FA_ERR_INVALID_ARGUMENT,
+           "block_table", "-1");
   table[1][1] = 1;
   int32_t cu_k[B + 1] = {0, 7, 14};
   c = a;
@@ -377,9 +377,9 @@ static void test_unsupported(void) {
   a.head_dim = BD;
   au_poison(&o, 0xa5);
   au_poison(&l, 0x5a);
-  fa_status s = fa_forward(ctx, &a, au_bshd(q.p, 2, 1, BD),
-                           au_bshd(k.p, 3, 1, BD), au_bshd(v.p, 3, 1, BD),
-                           au_bshd(o.p, 2, 1, BD), l.p);
+  fa_status s =
+      fa_forward(ctx, &a, au_bshd(q.p, 2, 1, BD), au_bshd(k.p, 3, 1, BD),
+                 au_bshd(v.p, 3, 1, BD), au_bshd(o.p, 2, 1, BD), l.p);
   EXPECT_FAIL("head_dim 600 on cpu-scalar", s, FA_ERR_UNSUPPORTED, "head_dim",
               "600");
   CHECK(au_changed(&o) < 0 && au_changed(&l) < 0,
@@ -387,9 +387,8 @@ static void test_unsupported(void) {
   // The same through an AUTO context: no backend here may claim it.
   fa_context *auto_ctx = NULL;
   if (fa_context_create(&auto_ctx, FA_BACKEND_AUTO, 0) == FA_OK) {
-    s = fa_forward(auto_ctx, &a, au_bshd(q.p, 2, 1, BD),
-                   au_bshd(k.p, 3, 1, BD), au_bshd(v.p, 3, 1, BD),
-                   au_bshd(o.p, 2, 1, BD), l.p);
+    s = fa_forward(auto_ctx, &a, au_bshd(q.p, 2, 1, BD), au_bshd(k.p, 3, 1, BD),
+                   au_bshd(v.p, 3, 1, BD), au_bshd(o.p, 2, 1, BD), l.p);
     if (s != FA_OK) {
       EXPECT_FAIL("head_dim 600 on AUTO", s, FA_ERR_UNSUPPORTED, "head_dim",
                   "600");
@@ -436,22 +435,22 @@ static void test_backward(void) {
   au_snapshot(&lse_in);
   au_snapshot(&dob);
 
-#define BWD_CASE(what, ctx_, a, q, k, v, o_, do_, lse, dq_, dk_, dv_, want,  \
-                 fields, value)                                              \
-  do {                                                                       \
-    au_poison(&dqb, 0xa5);                                                   \
-    au_poison(&dkb, 0xa6);                                                   \
-    au_poison(&dvb, 0xa7);                                                   \
-    fa_status st_ =                                                          \
-        fa_backward(ctx_, a, q, k, v, o_, do_, lse, dq_, dk_, dv_);          \
-    EXPECT_FAIL(what, st_, want, fields, value);                             \
-    CHECK(au_changed(&dqb) < 0 && au_changed(&dkb) < 0 &&                    \
-              au_changed(&dvb) < 0,                                          \
-          "%s: a gradient was written by a failing call", what);             \
-    CHECK(au_changed(&o_in) < 0 && au_changed(&lse_in) < 0 &&                \
-              au_changed(&dob) < 0,                                          \
-          "%s: a backward input was modified", what);                        \
-    inputs_untouched(what);                                                  \
+#define BWD_CASE(what, ctx_, a, q, k, v, o_, do_, lse, dq_, dk_, dv_, want,    \
+                 fields, value)                                                \
+  do {                                                                         \
+    au_poison(&dqb, 0xa5);                                                     \
+    au_poison(&dkb, 0xa6);                                                     \
+    au_poison(&dvb, 0xa7);                                                     \
+    fa_status st_ =                                                            \
+        fa_backward(ctx_, a, q, k, v, o_, do_, lse, dq_, dk_, dv_);            \
+    EXPECT_FAIL(what, st_, want, fields, value);                               \
+    CHECK(au_changed(&dqb) < 0 && au_changed(&dkb) < 0 &&                      \
+              au_changed(&dvb) < 0,                                            \
+          "%s: a gradient was written by a failing call", what);               \
+    CHECK(au_changed(&o_in) < 0 && au_changed(&lse_in) < 0 &&                  \
+              au_changed(&dob) < 0,                                            \
+          "%s: a backward input was modified", what);                          \
+    inputs_untouched(what);                                                    \
   } while (0)
 
   fa_attention a = base;
@@ -460,18 +459,18 @@ static void test_backward(void) {
            dv, FA_ERR_INVALID_ARGUMENT, "batch", "0");
   BWD_CASE("backward NULL ctx", NULL, &base, tq, tk, tv, o, d_o, lse_in.p, dq,
            dk, dv, FA_ERR_INVALID_ARGUMENT, "ctx", NULL);
-  BWD_CASE("backward NULL problem", ctx, NULL, tq, tk, tv, o, d_o, lse_in.p,
-           dq, dk, dv, FA_ERR_INVALID_ARGUMENT, NULL, NULL);
+  BWD_CASE("backward NULL problem", ctx, NULL, tq, tk, tv, o, d_o, lse_in.p, dq,
+           dk, dv, FA_ERR_INVALID_ARGUMENT, NULL, NULL);
   BWD_CASE("backward NULL lse", ctx, &base, tq, tk, tv, o, d_o, NULL, dq, dk,
            dv, FA_ERR_INVALID_ARGUMENT, "lse", NULL);
   fa_tensor t = d_o;
   t.data = NULL;
-  BWD_CASE("backward do.data NULL", ctx, &base, tq, tk, tv, o, t, lse_in.p,
-           dq, dk, dv, FA_ERR_INVALID_ARGUMENT, NULL, NULL);
+  BWD_CASE("backward do.data NULL", ctx, &base, tq, tk, tv, o, t, lse_in.p, dq,
+           dk, dv, FA_ERR_INVALID_ARGUMENT, NULL, NULL);
   t = dq;
   t.data = NULL;
-  BWD_CASE("backward dq.data NULL", ctx, &base, tq, tk, tv, o, d_o, lse_in.p,
-           t, dk, dv, FA_ERR_INVALID_ARGUMENT, "dq", NULL);
+  BWD_CASE("backward dq.data NULL", ctx, &base, tq, tk, tv, o, d_o, lse_in.p, t,
+           dk, dv, FA_ERR_INVALID_ARGUMENT, "dq", NULL);
   t = dk;
   t.dtype = FA_F16;
   BWD_CASE("backward dk f16", ctx, &base, tq, tk, tv, o, d_o, lse_in.p, dq, t,
@@ -487,8 +486,8 @@ static void test_backward(void) {
            "-1");
   a = base;
   a.softcap = -2.0f;
-  BWD_CASE("backward softcap -2", ctx, &a, tq, tk, tv, o, d_o, lse_in.p, dq,
-           dk, dv, FA_ERR_INVALID_ARGUMENT, "softcap", "-2");
+  BWD_CASE("backward softcap -2", ctx, &a, tq, tk, tv, o, d_o, lse_in.p, dq, dk,
+           dv, FA_ERR_INVALID_ARGUMENT, "softcap", "-2");
 #undef BWD_CASE
   au_free(&o_in);
   au_free(&lse_in);
@@ -540,14 +539,14 @@ static void test_plans(void) {
   CHECK(fa_last_error()[0] == '\0', "message after success: \"%s\"",
         fa_last_error());
 
-#define PLAN_CASE(what, pl_, q_, k_, v_, o_, want, fields, value)           \
-  do {                                                                       \
-    au_poison(&ob, 0xa5);                                                    \
-    au_poison(&lb, 0x5a);                                                    \
-    fa_status st_ = fa_plan_forward(pl_, q_, k_, v_, o_, lb.p);              \
-    EXPECT_FAIL(what, st_, want, fields, value);                             \
-    CHECK(au_changed(&ob) < 0 && au_changed(&lb) < 0,                        \
-          "%s: output written by a failing call", what);                     \
+#define PLAN_CASE(what, pl_, q_, k_, v_, o_, want, fields, value)              \
+  do {                                                                         \
+    au_poison(&ob, 0xa5);                                                      \
+    au_poison(&lb, 0x5a);                                                      \
+    fa_status st_ = fa_plan_forward(pl_, q_, k_, v_, o_, lb.p);                \
+    EXPECT_FAIL(what, st_, want, fields, value);                               \
+    CHECK(au_changed(&ob) < 0 && au_changed(&lb) < 0,                          \
+          "%s: output written by a failing call", what);                       \
   } while (0)
   PLAN_CASE("plan_forward NULL plan", NULL, tq, tk, tv, to,
             FA_ERR_INVALID_ARGUMENT, "plan", NULL);
@@ -557,8 +556,8 @@ static void test_plans(void) {
             FA_ERR_INVALID_ARGUMENT, "q", NULL);
   t = to;
   t.dtype = FA_BF16;
-  PLAN_CASE("plan_forward o bf16", plan, tq, tk, tv, t,
-            FA_ERR_INVALID_ARGUMENT, "o dtype", NULL);
+  PLAN_CASE("plan_forward o bf16", plan, tq, tk, tv, t, FA_ERR_INVALID_ARGUMENT,
+            "o dtype", NULL);
   t = to;
   t.stride_seq = 1;
   PLAN_CASE("plan_forward o overlaps", plan, tq, tk, tv, t,
@@ -609,23 +608,23 @@ static void test_merge_errors(void) {
   au_alloc(&p1, NQ * sizeof(float));
   au_alloc(&l0, NL * sizeof(float));
   au_alloc(&l1, NL * sizeof(float));
-  EXPECT_OK("part 0", fa_forward(ctx, &base, tq, tk, tv,
-                                 au_bshd(p0.p, SQ, HQ, D), l0.p));
-  EXPECT_OK("part 1", fa_forward(ctx, &base, tq, tk, tv,
-                                 au_bshd(p1.p, SQ, HQ, D), l1.p));
+  EXPECT_OK("part 0",
+            fa_forward(ctx, &base, tq, tk, tv, au_bshd(p0.p, SQ, HQ, D), l0.p));
+  EXPECT_OK("part 1",
+            fa_forward(ctx, &base, tq, tk, tv, au_bshd(p1.p, SQ, HQ, D), l1.p));
   fa_tensor parts[2] = {au_bshd(p0.p, SQ, HQ, D), au_bshd(p1.p, SQ, HQ, D)};
   const float *lses[2] = {l0.p, l1.p};
-  EXPECT_OK("valid merge", fa_merge_states(ctx, 2, parts, lses, B, SQ, HQ, D,
-                                           to, lb.p));
+  EXPECT_OK("valid merge",
+            fa_merge_states(ctx, 2, parts, lses, B, SQ, HQ, D, to, lb.p));
 
-#define MERGE_CASE(what, c, n, op, lp, b, s, h, d, o, want, fields, value)   \
-  do {                                                                       \
-    au_poison(&ob, 0xa5);                                                    \
-    au_poison(&lb, 0x5a);                                                    \
-    fa_status st_ = fa_merge_states(c, n, op, lp, b, s, h, d, o, lb.p);      \
-    EXPECT_FAIL(what, st_, want, fields, value);                             \
-    CHECK(au_changed(&ob) < 0 && au_changed(&lb) < 0,                        \
-          "%s: output written by a failing call", what);                     \
+#define MERGE_CASE(what, c, n, op, lp, b, s, h, d, o, want, fields, value)     \
+  do {                                                                         \
+    au_poison(&ob, 0xa5);                                                      \
+    au_poison(&lb, 0x5a);                                                      \
+    fa_status st_ = fa_merge_states(c, n, op, lp, b, s, h, d, o, lb.p);        \
+    EXPECT_FAIL(what, st_, want, fields, value);                               \
+    CHECK(au_changed(&ob) < 0 && au_changed(&lb) < 0,                          \
+          "%s: output written by a failing call", what);                       \
   } while (0)
   MERGE_CASE("merge NULL ctx", NULL, 2, parts, lses, B, SQ, HQ, D, to,
              FA_ERR_INVALID_ARGUMENT, "ctx", NULL);
@@ -638,8 +637,8 @@ static void test_merge_errors(void) {
   MERGE_CASE("merge NULL lse_parts", ctx, 2, parts, NULL, B, SQ, HQ, D, to,
              FA_ERR_INVALID_ARGUMENT, "lse_parts", NULL);
   const float *lses_hole[2] = {l0.p, NULL};
-  MERGE_CASE("merge NULL lse_parts[1]", ctx, 2, parts, lses_hole, B, SQ, HQ,
-             D, to, FA_ERR_INVALID_ARGUMENT, "lse_parts", NULL);
+  MERGE_CASE("merge NULL lse_parts[1]", ctx, 2, parts, lses_hole, B, SQ, HQ, D,
+             to, FA_ERR_INVALID_ARGUMENT, "lse_parts", NULL);
   MERGE_CASE("merge batch 0", ctx, 2, parts, lses, 0, SQ, HQ, D, to,
              FA_ERR_INVALID_ARGUMENT, "batch", "0");
   MERGE_CASE("merge seqlen -1", ctx, 2, parts, lses, B, -1, HQ, D, to,

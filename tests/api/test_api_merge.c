@@ -70,8 +70,8 @@ static void test_dense_halves(void) {
             fa_forward(ctx, &all, au_bshd(q, SQ, HQ, D), kview(0), vview(0),
                        au_bshd(o_all, SQ, HQ, DV), l_all));
   EXPECT_OK("forward, keys [0, 5)",
-            fa_forward(ctx, &first, au_bshd(q, SQ, HQ, D), kview(0),
-                       vview(0), au_bshd(o_a, SQ, HQ, DV), l_a));
+            fa_forward(ctx, &first, au_bshd(q, SQ, HQ, D), kview(0), vview(0),
+                       au_bshd(o_a, SQ, HQ, DV), l_a));
   EXPECT_OK("forward, keys [5, 13)",
             fa_forward(ctx, &second, au_bshd(q, SQ, HQ, D), kview(CUT),
                        vview(CUT), au_bshd(o_b, SQ, HQ, DV), l_b));
@@ -89,9 +89,9 @@ static void test_dense_halves(void) {
   compare("merge in reverse order, lse NULL", o_m, NULL, o_all, l_all);
 
   // One part: the identity.
-  EXPECT_OK("merge one part", fa_merge_states(ctx, 1, parts, lses, B, SQ, HQ,
-                                              DV, au_bshd(o_m, SQ, HQ, DV),
-                                              l_m));
+  EXPECT_OK("merge one part",
+            fa_merge_states(ctx, 1, parts, lses, B, SQ, HQ, DV,
+                            au_bshd(o_m, SQ, HQ, DV), l_m));
   compare("merge of one part", o_m, l_m, o_a, l_a);
 
   // A strided output (BHSD) receives the same values.
@@ -102,8 +102,8 @@ static void test_dense_halves(void) {
   t.stride_batch = (int64_t)HQ * SQ * DV;
   t.stride_head = (int64_t)SQ * DV;
   t.stride_seq = DV;
-  EXPECT_OK("merge into BHSD", fa_merge_states(ctx, 2, parts, lses, B, SQ, HQ,
-                                               DV, t, NULL));
+  EXPECT_OK("merge into BHSD",
+            fa_merge_states(ctx, 2, parts, lses, B, SQ, HQ, DV, t, NULL));
   double worst = 0.0;
   for (int b = 0; b < B; b++)
     for (int i = 0; i < SQ; i++)
@@ -126,8 +126,8 @@ static void test_empty_part(void) {
   kp.stride_batch = 0;
   vp.stride_batch = 0;
   int32_t cu_all[3] = {0, SK, 2 * SK};
-  int32_t cu_a[3] = {0, CUT, CUT};        // seq 0: keys 0..4; seq 1: none
-  int32_t cu_b[3] = {CUT, SK, 2 * SK};    // seq 0: keys 5..12; seq 1: all
+  int32_t cu_a[3] = {0, CUT, CUT};     // seq 0: keys 0..4; seq 1: none
+  int32_t cu_b[3] = {CUT, SK, 2 * SK}; // seq 0: keys 5..12; seq 1: all
   int32_t none[B] = {0, 0};
   fa_attention all = problem(SK), pa = problem(SK), pb = problem(SK),
                pc = problem(SK);
@@ -137,9 +137,9 @@ static void test_empty_part(void) {
   pc.cu_seqlens_k = cu_all;
   pc.seqused_k = none; // no key anywhere
   fa_tensor qt = au_bshd(q, SQ, HQ, D);
-  EXPECT_OK("varlen forward, all",
-            fa_forward(ctx, &all, qt, kp, vp, au_bshd(o_all, SQ, HQ, DV),
-                       l_all));
+  EXPECT_OK(
+      "varlen forward, all",
+      fa_forward(ctx, &all, qt, kp, vp, au_bshd(o_all, SQ, HQ, DV), l_all));
   EXPECT_OK("varlen forward, part a",
             fa_forward(ctx, &pa, qt, kp, vp, au_bshd(o_a, SQ, HQ, DV), l_a));
   EXPECT_OK("varlen forward, part b",
@@ -159,8 +159,7 @@ static void test_empty_part(void) {
         bad += o_c[((0 * SQ + i) * HQ + h) * DV + d] != 0.0f;
       }
     }
-  CHECK(bad == 0, "%d values of key-less rows are not O = 0 / LSE = -inf",
-        bad);
+  CHECK(bad == 0, "%d values of key-less rows are not O = 0 / LSE = -inf", bad);
 
   fa_tensor parts[3] = {au_bshd(o_a, SQ, HQ, DV), au_bshd(o_c, SQ, HQ, DV),
                         au_bshd(o_b, SQ, HQ, DV)};

@@ -114,8 +114,7 @@ static void check_down(const fmt *f, float x) {
   }
   uint32_t want = ref_round(f, (double)x);
   CHECK(got == want, "%s(%.9g = 0x%08x) = 0x%04x, want 0x%04x", f->name,
-        (double)x, (unsigned)bits_of_float(x), (unsigned)got,
-        (unsigned)want);
+        (double)x, (unsigned)bits_of_float(x), (unsigned)got, (unsigned)want);
 }
 
 // Every 16-bit pattern widens exactly and narrows back to itself (NaNs stay
@@ -128,8 +127,8 @@ static void test_all_patterns(const fmt *f) {
       CHECK(isnan(v), "%s 0x%04x -> %g, want NaN", f->name, (unsigned)h,
             (double)v);
       uint16_t back = from_f32(f, v);
-      CHECK(is_nan_bits(f, back), "%s NaN 0x%04x -> 0x%04x round trip",
-            f->name, (unsigned)h, (unsigned)back);
+      CHECK(is_nan_bits(f, back), "%s NaN 0x%04x -> 0x%04x round trip", f->name,
+            (unsigned)h, (unsigned)back);
       continue;
     }
     CHECK((double)v == want && !signbit(v) == !signbit(want),
@@ -187,9 +186,9 @@ static void test_named_f16(void) {
       {-0.0f, 0x8000},
       {1.0f, 0x3c00},
       {-2.0f, 0xc000},
-      {65504.0f, 0x7bff},            // largest finite
-      {65519.99f, 0x7bff},           // just below the overflow tie
-      {65520.0f, 0x7c00},            // tie between 65504 and 2^16 -> even: inf
+      {65504.0f, 0x7bff},  // largest finite
+      {65519.99f, 0x7bff}, // just below the overflow tie
+      {65520.0f, 0x7c00},  // tie between 65504 and 2^16 -> even: inf
       {1.0e5f, 0x7c00},
       {-1.0e5f, 0xfc00},
       {FLT_MAX, 0x7c00},
@@ -205,7 +204,7 @@ static void test_named_f16(void) {
       {0x1.0p-14f, 0x0400},          // smallest normal
       {1.0f + 0x1.0p-11f, 0x3c00},   // tie -> even mantissa 0
       {1.0f + 0x1.8p-10f, 0x3c02},   // tie between 1 and 2 ulps -> 2
-      {1.0f + 0x1.002p-11f, 0x3c01},  // just above the tie
+      {1.0f + 0x1.002p-11f, 0x3c01}, // just above the tie
       {0x1.0p-30f, 0x0000},          // far below: signed zero
       {-0x1.0p-30f, 0x8000},
   };
@@ -240,15 +239,15 @@ static void test_named_bf16(void) {
       {1.0f, 0x3f80},
       {1.0f + 0x1.0p-8f, 0x3f80},  // tie -> even
       {1.0f + 0x1.8p-7f, 0x3f82},  // tie between 1 and 2 ulps -> 2
-      {1.0f + 0x1.02p-8f, 0x3f81},   // just above the tie
+      {1.0f + 0x1.02p-8f, 0x3f81}, // just above the tie
       {0x1.fep127f, 0x7f7f},       // largest finite bf16
       {FLT_MAX, 0x7f80},           // rounds past it: inf
       {INFINITY, 0x7f80},
       {-INFINITY, 0xff80},
-      {0x1.0p-133f, 0x0001},       // smallest bf16 subnormal
-      {0x1.0p-134f, 0x0000},       // tie -> even 0
-      {0x1.0p-149f, 0x0000},       // smallest fp32 subnormal
-      {-0x1.8p-133f, 0x8002},      // tie between 1 and 2 units -> 2
+      {0x1.0p-133f, 0x0001},  // smallest bf16 subnormal
+      {0x1.0p-134f, 0x0000},  // tie -> even 0
+      {0x1.0p-149f, 0x0000},  // smallest fp32 subnormal
+      {-0x1.8p-133f, 0x8002}, // tie between 1 and 2 units -> 2
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     uint16_t got = fa_f32_to_bf16(c[i].x);
@@ -273,7 +272,8 @@ static void test_load_store(void) {
   float src[N], row[N];
   uint16_t buf16[N + 2];
   float buf32[N + 2];
-  for (int i = 0; i < N; i++) src[i] = (float)ut_rand_uniform(-70000.0, 70000.0);
+  for (int i = 0; i < N; i++)
+    src[i] = (float)ut_rand_uniform(-70000.0, 70000.0);
   src[3] = NAN;
   src[4] = -0.0f;
   src[5] = 0x1.0p-20f;

@@ -75,9 +75,14 @@ static void check_tiles(const char *ctx, const fa_problem *p, const fa_caps *c,
   CHECK(d->block_k <= c->max_block_k, "%s: block_k %d > max %d", ctx,
         d->block_k, c->max_block_k);
   int pack = d->pack_group;
-  CHECK(pack == 1 || (c->pack_gqa && pack == p->group),
-        "%s: pack_group %d (pack_gqa %d, group %d)", ctx, pack, c->pack_gqa,
-        p->group);
+  // Packing takes the largest divisor of the group whose lanes fit the
+  // kernel's largest tile (whole heads of one group per tile).
+  int want_pack = 1;
+  if (c->pack_gqa)
+    for (int g = p->group; g > 1 && want_pack == 1; g--)
+      if (p->group % g == 0 && round_up(g, al) <= c->max_block_q) want_pack = g;
+  CHECK(pack == want_pack, "%s: pack_group %d, want %d (pack_gqa %d, group %d)",
+        ctx, pack, want_pack, c->pack_gqa, p->group);
   CHECK(d->block_rows >= 1 && d->block_rows == d->block_q / pack,
         "%s: block_rows %d for block_q %d and pack_group %d", ctx,
         d->block_rows, d->block_q, pack);
@@ -425,8 +430,8 @@ static void test_packing(void) {
   c.pack_gqa = 0;
   fa_plan_compute(&p, &c, &d);
   CHECK(d.pack_group == 1 && d.block_rows == d.block_q,
-        "pack_gqa off: pack %d rows %d block_q %d", d.pack_group,
-        d.block_rows, d.block_q);
+        "pack_gqa off: pack %d rows %d block_q %d", d.pack_group, d.block_rows,
+        d.block_q);
   // MHA: nothing to pack.
   make_problem(&p, 1, 100, 100, 4, 4, 64, 0, 0, -1, -1);
   c.pack_gqa = 1;

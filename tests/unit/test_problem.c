@@ -50,8 +50,8 @@ static void test_defaults(void) {
   a.causal = FA_CAUSAL_TOP_LEFT;
   a.window_right = 0; // allowed with causal
   CHECK(fa_problem_init(&p, &a, FA_BF16) == FA_OK, "init: %s", fa_last_error());
-  CHECK(p.top_left == 1 && p.a.window_right == 0, "top-left: %d %d",
-        p.top_left, p.a.window_right);
+  CHECK(p.top_left == 1 && p.a.window_right == 0, "top-left: %d %d", p.top_left,
+        p.a.window_right);
 
   int32_t cu_q[3] = {0, 3, 7}, cu_k[3] = {0, 5, 9}, bt[4] = {0, 1, 2, 3};
   a = base_problem(4, 5);
@@ -109,8 +109,7 @@ static void expect_rows(const char *name, const fa_problem *p, int sq, int sk,
     }
     // Documented: clipped to [0, sk) -- even an empty range.
     CHECK(0 <= lo && lo <= hi && hi <= sk,
-          "%s row %d: [%d, %d) is not clipped to [0, %d]", name, i, lo, hi,
-          sk);
+          "%s row %d: [%d, %d) is not clipped to [0, %d]", name, i, lo, hi, sk);
   }
 }
 
@@ -191,7 +190,8 @@ static void test_visible_hand(void) {
     const int w[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
     expect_rows("no keys", &p, 3, 0, w);
   }
-  fa_problem br = mask_problem(3, 5, 1, -1, -1), tl = mask_problem(3, 5, 2, -1, -1);
+  fa_problem br = mask_problem(3, 5, 1, -1, -1);
+  fa_problem tl = mask_problem(3, 5, 2, -1, -1);
   CHECK(fa_diag_shift(&br, 3, 5) == 2 && fa_diag_shift(&br, 7, 2) == -5,
         "bottom-right shift %d %d", fa_diag_shift(&br, 3, 5),
         fa_diag_shift(&br, 7, 2));
@@ -217,16 +217,16 @@ static void test_visible_random(void) {
   for (int rep = 0; rep < 3000; rep++) {
     int sq = ut_rand_int(1, 40), sk = ut_rand_int(1, 40);
     int causal = ut_rand_int(0, 2);
-    int wl = ut_rand_int(-1, 12), wr = causal ? ut_rand_int(-1, 0)
-                                              : ut_rand_int(-1, 12);
+    int wl = ut_rand_int(-1, 12),
+        wr = causal ? ut_rand_int(-1, 0) : ut_rand_int(-1, 12);
     fa_problem p = mask_problem(sq, sk, causal, wl, wr);
     int sk_real = ut_rand_int(0, sk); // seqused_k-like shorter length
     for (int i = 0; i < sq; i++) {
       int lo, hi;
       fa_visible_keys(&p, i, sq, sk_real, &lo, &hi);
       CHECK(0 <= lo && lo <= hi && hi <= sk_real,
-            "sq=%d sk=%d causal=%d w=%d,%d row %d: [%d, %d) not in [0, %d]",
-            sq, sk_real, causal, wl, wr, i, lo, hi, sk_real);
+            "sq=%d sk=%d causal=%d w=%d,%d row %d: [%d, %d) not in [0, %d]", sq,
+            sk_real, causal, wl, wr, i, lo, hi, sk_real);
       for (int j = -1; j <= sk_real; j++) {
         int want = header_visible(causal, wl, wr, sq, sk_real, i, j);
         int got = j >= lo && j < hi;

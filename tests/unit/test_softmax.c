@@ -38,8 +38,10 @@ static void ref_softmax(const row *r, const unsigned char *keep, double sink,
   int nan = 0;
   for (int j = 0; j < r->n; j++) {
     if (keep && !keep[j]) continue;
-    if (isnan(r->s[j])) nan = 1;
-    else if (r->s[j] > mx) mx = r->s[j];
+    if (isnan(r->s[j]))
+      nan = 1;
+    else if (r->s[j] > mx)
+      mx = r->s[j];
   }
   if (!isnan(sink) && sink > mx) mx = sink;
   if (nan) {
@@ -147,8 +149,7 @@ static void compare(const char *what, const row *r, const result *got,
 
 static void fill_values(row *r) {
   for (int j = 0; j < r->n; j++)
-    for (int d = 0; d < DV; d++)
-      r->v[j][d] = (float)ut_rand_uniform(-1.0, 1.0);
+    for (int d = 0; d < DV; d++) r->v[j][d] = (float)ut_rand_uniform(-1.0, 1.0);
 }
 
 static int make_rows(row *rows) {
@@ -179,8 +180,8 @@ static int make_rows(row *rows) {
 
   NEW_ROW("logits +-1e4", 48);
   for (int j = 0; j < r->n; j++)
-    r->s[j] = (ut_rand64() & 1 ? 1.0e4f : -1.0e4f) +
-              (float)ut_rand_uniform(-2, 2);
+    r->s[j] =
+        (ut_rand64() & 1 ? 1.0e4f : -1.0e4f) + (float)ut_rand_uniform(-2, 2);
 
   NEW_ROW("all +1e4", 20);
   for (int j = 0; j < r->n; j++) r->s[j] = 1.0e4f;
@@ -205,8 +206,8 @@ static int make_rows(row *rows) {
   // float if the update were not written in the stable form.
   NEW_ROW("max jumps by 200", 48);
   for (int j = 0; j < r->n; j++)
-    r->s[j] = j >= 20 && j < 28 ? 200.0f + (float)j
-                                : (float)ut_rand_uniform(-1, 1);
+    r->s[j] =
+        j >= 20 && j < 28 ? 200.0f + (float)j : (float)ut_rand_uniform(-1, 1);
 
   NEW_ROW("max jumps from -1e4 to 1e4", 30);
   for (int j = 0; j < r->n; j++) r->s[j] = j < 15 ? -1.0e4f : 1.0e4f - j;
@@ -246,9 +247,10 @@ static void test_update_contract(void) {
   float s0[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
   float a = fa_softmax_update(&m, &l, s0, 4);
   CHECK(a == 1.0f && m == -INFINITY && l == 0.0f,
-        "masked block on empty state: alpha %g m %g l %g", (double)a,
-        (double)m, (double)l);
-  for (int j = 0; j < 4; j++) CHECK(s0[j] == 0.0f, "P[%d] = %g", j, (double)s0[j]);
+        "masked block on empty state: alpha %g m %g l %g", (double)a, (double)m,
+        (double)l);
+  for (int j = 0; j < 4; j++)
+    CHECK(s0[j] == 0.0f, "P[%d] = %g", j, (double)s0[j]);
 
   float s1[3] = {1.0f, 3.0f, -INFINITY};
   a = fa_softmax_update(&m, &l, s1, 3);
@@ -262,8 +264,8 @@ static void test_update_contract(void) {
   float s2[2] = {-INFINITY, -INFINITY};
   a = fa_softmax_update(&m, &l, s2, 2);
   CHECK(a == 1.0f && m == 3.0f && l == l_before,
-        "masked block on live state: alpha %g m %g l %g", (double)a,
-        (double)m, (double)l);
+        "masked block on live state: alpha %g m %g l %g", (double)a, (double)m,
+        (double)l);
   CHECK(s2[0] == 0.0f && s2[1] == 0.0f, "masked P %g %g", (double)s2[0],
         (double)s2[1]);
 
@@ -316,7 +318,8 @@ static void check_weights(int n, const float *lse, const float *w,
   }
   if (mx == -INFINITY) {
     CHECK(out_lse == -INFINITY, "empty parts: merged lse %g", (double)out_lse);
-    for (int i = 0; i < n; i++) CHECK(w[i] == 0.0f, "w[%d] %g", i, (double)w[i]);
+    for (int i = 0; i < n; i++)
+      CHECK(w[i] == 0.0f, "w[%d] %g", i, (double)w[i]);
     return;
   }
   double sum = 0.0;
@@ -349,7 +352,8 @@ static void test_merge(const row *r) {
       int cut = 0;
       for (int p = 0; p < nparts; p++) {
         int left = r->n - cut, parts_left = nparts - p;
-        int len = p == nparts - 1 ? left : ut_rand_int(0, left / parts_left + 2);
+        int len =
+            p == nparts - 1 ? left : ut_rand_int(0, left / parts_left + 2);
         if (len > left) len = left;
         for (int j = cut; j < cut + len; j++) owner[j] = (unsigned char)p;
         cut += len;
@@ -433,8 +437,8 @@ static void test_sinks(const row *r) {
 static void test_finalize_edges(void) {
   float lse = 0.0f;
   float f = fa_softmax_finalize(-INFINITY, 0.0f, NAN, &lse);
-  CHECK(f == 0.0f && lse == -INFINITY, "empty row: factor %g lse %g",
-        (double)f, (double)lse);
+  CHECK(f == 0.0f && lse == -INFINITY, "empty row: factor %g lse %g", (double)f,
+        (double)lse);
   f = fa_softmax_finalize(-INFINITY, 0.0f, 1.5f, &lse);
   CHECK(f == 0.0f && lse == 1.5f, "empty row + sink: factor %g lse %g",
         (double)f, (double)lse);
@@ -523,7 +527,7 @@ int main(void) {
     test_merge(&rows[i]);
     test_sinks(&rows[i]);
   }
-  printf("worst error relative to its scale: %.3g (tolerance %.3g)\n",
-         g_worst, kTol);
+  printf("worst error relative to its scale: %.3g (tolerance %.3g)\n", g_worst,
+         kTol);
   return ut_finish("test_softmax");
 }

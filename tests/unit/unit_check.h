@@ -21,10 +21,11 @@ static long ut_checks;
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static void ut_report(const char *file, int line, const char *expr,
-                      const char *fmt, ...) {
+static void
+ut_report(const char *file, int line, const char *expr, const char *fmt, ...) {
   ut_failures++;
-  if (ut_failures > (getenv("UT_VERBOSE") ? 100000 : 40)) return; // the first ones say enough
+  // The first few say enough; UT_VERBOSE=1 prints them all.
+  if (ut_failures > (getenv("UT_VERBOSE") ? 100000 : 40)) return;
   fprintf(stderr, "%s:%d: FAILED %s: ", file, line, expr);
   va_list ap;
   va_start(ap, fmt);
@@ -34,10 +35,10 @@ static void ut_report(const char *file, int line, const char *expr,
 }
 
 // CHECK(cond, "format", args...): the message says what was seen.
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    ut_checks++;                                                            \
-    if (!(cond)) ut_report(__FILE__, __LINE__, #cond, __VA_ARGS__);         \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    ut_checks++;                                                               \
+    if (!(cond)) ut_report(__FILE__, __LINE__, #cond, __VA_ARGS__);            \
   } while (0)
 
 static int ut_finish(const char *name) {
