@@ -152,13 +152,47 @@ static void FA_FN(gemm)(int m, int n, int k, const float *A, int64_t rs,
 #undef FA_LAST
 }
 
+/* ---- tile loads ------------------------------------------------------- */
+
+/* Rows [row0, row0+n) of a q-like tensor (q, o, do) for (b, h), widened to
+   fp32 into dst[n][ld]; dims [dim, ld) are zeroed so padded products are
+   exact. */
+static void FA_FN(load_q_rows)(float *dst, int ld, const fa_problem *p,
+                               const fa_tensor *t, int b, int h, int row0,
+                               int n, int dim) {
+  for (int r = 0; r < n; r++) {
+    float *d = dst + (size_t)r * ld;
+    vf_widen_row(d, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h), dim);
+    if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
+  }
+}
+
+/* Same for key rows of k-like tensors, through the block table when paged.
+   Only rows below the sequence's length may be asked for. */
+static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
+                               const fa_tensor *t, int b, int h, int row0,
+                               int n, int dim) {
+  for (int r = 0; r < n; r++) {
+    float *d = dst + (size_t)r * ld;
+    vf_widen_row(d, t->data, t->dtype, fa_k_offset(p, t, b, row0 + r, h), dim);
+    if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
+  }
+}
+
 /* ---- tiles ------------------------------------------------------------ */
+
+/* Tiles with at most this many valid query lanes (decode: one row of each
+   head of a GQA group) take the row-streaming path: scores as dot products
+   over d and P.V as row updates, each K/V row read (and widened) once. The
+   GEMM would waste most of its vector lanes on them. */
+#define FA_SMALL_LANES 8
 
 /* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
    query axis of transposed tiles is whole vectors. */
 typedef struct FA_FN(tiles) {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
-  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, total;
+  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row;
+  size_t total;
 } FA_FN(tiles);
 
 static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
@@ -192,6 +226,8 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(accv, (size_t)t.bk * t.ldv);
   } else {
     FA_TAKE(acc, (size_t)t.bq * t.ldv); // the O accumulator
+    FA_TAKE(qr, (size_t)FA_SMALL_LANES * t.ld);       // small tiles: Q rows
+    FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
 #undef FA_TAKE
@@ -214,15 +250,19 @@ static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
   const int nr = ln->npos * ln->pk;
   for (int r = 0; r < bq; r++) {
     if (r < nr)
-      fa_load_row(row, t->data, t->dtype,
-                  fa_q_offset(p, t, b, ln->row0 + r / ln->pk,
-                              ln->h0 + r % ln->pk),
-                  dim);
+      vf_widen_row(row, t->data, t->dtype,
+                   fa_q_offset(p, t, b, ln->row0 + r / ln->pk,
+                               ln->h0 + r % ln->pk),
+                   dim);
     else
       memset(row, 0, sizeof(float) * (size_t)dim);
     for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d] * mul;
   }
 }
+
+static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
+                               float *ws, const FA_FN(lanes) * ln, int sq,
+                               int sk, int col0, int nc, float *grad);
 
 /* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then
    softcap / ALiBi / mask. With grad, also d(score)/d(q.k) per element
@@ -232,9 +272,17 @@ static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
                           float *ws, const float *k, int64_t ldk,
                           const FA_FN(lanes) * ln, int sq, int sk, int col0,
                           int nc, float *grad) {
+  FA_FN(gemm)(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq,
+              ws + t->s, t->bq, 0);
+  FA_FN(scores_post)(p, t, ws, ln, sq, sk, col0, nc, grad);
+}
+
+/* The score pipeline after the dot products, on S^T in ws + t->s. */
+static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
+                               float *ws, const FA_FN(lanes) * ln, int sq,
+                               int sk, int col0, int nc, float *grad) {
   float *s = ws + t->s;
   const int bq = t->bq, pk = ln->pk, nr = ln->npos * pk;
-  FA_FN(gemm)(nc, bq, p->a.head_dim, k, ldk, 1, ws + t->qt, bq, s, bq, 0);
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
   const int shift = fa_diag_shift(p, sq, sk);
   for (int c = 0; c < nc; c++) {
@@ -272,6 +320,66 @@ static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
         s[(size_t)c * bq + r] = -INFINITY;
         if (grad) grad[(size_t)c * bq + r] = 0.0f;
       }
+    }
+  }
+}
+
+/* Small tiles: S^T[c][r] = q_r . k_c by dot products over d, four lanes
+   at a time against each key row of k (row pitch ldk). qr holds the scaled
+   q rows (zero rows up to a multiple of 4). */
+static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
+                               float *ws, const float *k, int64_t ldk, int nc,
+                               int nr) {
+  const int d = p->a.head_dim, ld = t->ld, bq = t->bq;
+  const float *qr = ws + t->qr;
+  float *s = ws + t->s;
+  const int tail = d % FA_VW, full = d - tail;
+  for (int c = 0; c < nc; c++) {
+    const float *kr = k + c * ldk;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+      const float *q0 = qr + (size_t)r0 * ld;
+      fa_vf a[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+      for (int i = 0; i < full; i += FA_VW) {
+        fa_vf kv = vf_load(kr + i);
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+          a[x] = vf_fma(vf_load(q0 + (size_t)x * ld + i), kv, a[x]);
+      }
+      if (tail) {
+        fa_vf kv = vf_load_part(kr + full, tail);
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+          a[x] = vf_fma(vf_load_part(q0 + (size_t)x * ld + full, tail), kv,
+                        a[x]);
+      }
+      for (int x = 0; x < 4 && r0 + x < nr; x++)
+        s[(size_t)c * bq + r0 + x] = vf_hsum(a[x]);
+    }
+  }
+}
+
+/* Small tiles: O[r][:] += P^T[c][r] V[c][:], V rows of pitch ldv. */
+static void FA_FN(pv_rows)(const fa_problem *p, const FA_FN(tiles) * t,
+                           float *ws, const float *v, int64_t ldv, int nc,
+                           int nr) {
+  const int dv = p->a.head_dim_v, bq = t->bq, tail = dv % FA_VW;
+  const int full = dv - tail;
+  const float *s = ws + t->s;
+  float *o = ws + t->acc;
+  for (int c = 0; c < nc; c++) {
+    const float *vr = v + c * ldv;
+    for (int r = 0; r < nr; r++) {
+      const float pr = s[(size_t)c * bq + r];
+      if (pr == 0.0f) continue; // a masked key adds nothing, not even NaN
+      float *orow = o + (size_t)r * t->ldv;
+      const fa_vf pv = vf_set1(pr);
+      for (int i = 0; i < full; i += FA_VW)
+        vf_store(orow + i, vf_fma(pv, vf_load(vr + i), vf_load(orow + i)));
+      if (tail)
+        vf_store_part(orow + full,
+                      vf_fma(pv, vf_load_part(vr + full, tail),
+                             vf_load_part(orow + full, tail)),
+                      tail);
     }
   }
 }
@@ -350,6 +458,14 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   fa_plan_kv_blocks(p, plan, sq, sk, qb, &kb0, &kb1);
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
   const int direct = p->dtype == FA_F32 && !p->paged;
+  const int small = nr <= FA_SMALL_LANES;
+  if (small) { // row-major scaled q rows for the dot products
+    float *qr = ws + t->qr;
+    memset(qr, 0, sizeof(float) * FA_SMALL_LANES * (size_t)t->ld);
+    for (int r = 0; r < nr; r++)
+      for (int d = 0; d < p->a.head_dim; d++)
+        qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * bq + r];
+  }
   for (int kb = s0; kb < s1; kb++) {
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
@@ -362,9 +478,20 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       ldk = args->k.stride_seq;
       ldv = args->v.stride_seq;
     } else {
-      fa_cpu_load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
+      // One burst of row loads per tile keeps many misses in flight.
+      FA_FN(load_k_rows)(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
                          p->a.head_dim);
-      fa_cpu_load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+      FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+    }
+    if (small) {
+      FA_FN(scores_rows)(p, t, ws, k, ldk, nc, nr);
+      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
+      FA_FN(online_softmax)(t, ws, nc);
+      for (int r = 0; r < nr; r++)
+        if (mu[r] != 1.0f)
+          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      FA_FN(pv_rows)(p, t, ws, v, ldv, nc, nr);
+      continue;
     }
     FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);
@@ -500,8 +627,8 @@ static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
   const int sq = fa_seq_len_q(p, b), dv = p->a.head_dim_v;
   float *ro = ws, *rd = ws + ((size_t)dv + 15) / 16 * 16;
   for (int i = 0; i < sq; i++) {
-    fa_load_row(ro, o->data, o->dtype, fa_q_offset(p, o, b, i, h), dv);
-    fa_load_row(rd, d_o->data, d_o->dtype, fa_q_offset(p, d_o, b, i, h), dv);
+    vf_widen_row(ro, o->data, o->dtype, fa_q_offset(p, o, b, i, h), dv);
+    vf_widen_row(rd, d_o->data, d_o->dtype, fa_q_offset(p, d_o, b, i, h), dv);
     float acc = 0.0f;
     for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
     c->delta[FA_FN(row_index)(p, b, h, i)] = acc;
@@ -516,9 +643,9 @@ static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
   const fa_problem *p = c->p;
   const FA_FN(tiles) *t = &c->t;
   const int bq = t->bq;
-  fa_cpu_load_q_rows(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr,
+  FA_FN(load_q_rows)(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr,
                      p->a.head_dim);
-  fa_cpu_load_q_rows(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
+  FA_FN(load_q_rows)(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
                      p->a.head_dim_v);
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim; d++)
@@ -539,9 +666,9 @@ static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
 static void FA_FN(load_k_side)(const FA_FN(bwd) * c, float *ws, int b, int hk,
                                int col0, int nc) {
   const fa_problem *p = c->p;
-  fa_cpu_load_k_rows(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
+  FA_FN(load_k_rows)(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
                      p->a.head_dim);
-  fa_cpu_load_k_rows(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
+  FA_FN(load_k_rows)(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
                      p->a.head_dim_v);
 }
 

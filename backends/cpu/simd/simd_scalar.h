@@ -26,4 +26,12 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) { return a > b ? a : b; }
 static inline fa_vf vf_exp(fa_vf a) { return expf(a); }
 /* -inf lanes become 0: the reference point of a row that has seen no key. */
 static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : a; }
+
+/* n elements of a storage type, widened to fp32. */
+#include "dtype.h"
+static inline void vf_widen_row(float *dst, const void *src, fa_dtype t,
+                                int64_t idx, int n) {
+  fa_load_row(dst, src, t, idx, n);
+}
+static inline float vf_hsum(fa_vf v) { return v; }
 #endif

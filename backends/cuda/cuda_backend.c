@@ -1,0 +1,643 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend "cuda-sm80", as the loadable module libflashattn-cuda.so.
+//
+// The core dlopens this module at first use and calls fa_module_backends()
+// (FA_MODULE_ENTRY) with its services (error recording, dispatch log). The
+// CUDA runtime is linked statically: it finds the driver (libcuda.so.1) at
+// run time, so on a machine without a driver or device the module still
+// loads and the probe reports why ("no usable CUDA driver: ..."), which
+// fa_explain() and FA_LOG=dispatch print; nothing crashes.
+//
+// Host side of every call: set the context's device, fill one
+// fa_cuda_params from the validated problem and the core's plan, take
+// scratch from the context's workspace (grown on demand, never per call in
+// steady state), enqueue the kernels on the context's stream, check every
+// CUDA call. Failures become FA_ERR_BACKEND (or FA_ERR_OUT_OF_MEMORY) with
+// the CUDA error's name and text.
+//
+// Kernels, best first:
+//   cuda.sm80.<bf16|f16>.d<64|96|128|192|256>  tensor-core forward
+//       (sm80_fwd.cuh; head_dim == head_dim_v; tile table sm80_tiles.def);
+//       backward goes to the next kernel that has one;
+//   cuda.generic  every problem with head dims <= 256, forward and backward
+//       (kernels_generic.cu).
+// FA_CUDA_GENERIC=1 in the environment makes the tensor-core kernels say
+// no, for triage and for tests that compare the two.
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_internal.h"
+
+static const fa_core_services *core; // set once by fa_module_backends()
+
+#define BACKEND_NAME "cuda-sm80"
+
+/* ---- errors ------------------------------------------------------------- */
+
+static fa_status cuda_fail(cudaError_t e, const char *what) {
+  fa_status s = e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
+                                               : FA_ERR_BACKEND;
+  fa_status r = core->fail(s, "%s: %s: %s (%s)", BACKEND_NAME, what,
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+  (void)cudaGetLastError(); // clear a non-sticky error for the next call
+  return r;
+}
+
+#define CK(call, what)                                                         \
+  do {                                                                         \
+    cudaError_t ck_ = (call);                                                  \
+    if (ck_ != cudaSuccess) return cuda_fail(ck_, what);                       \
+  } while (0)
+
+/* ---- per-context state ---------------------------------------------------- */
+
+typedef struct cuda_state {
+  int device;
+  int sm_count;
+  cudaStream_t stream; // NULL: the legacy default stream
+  void *ws;            // workspace: split partials, backward D, descriptors
+  size_t ws_bytes;
+} cuda_state;
+
+/* SM count of device 0, read by the probe, for plans made without a context
+   (fa_explain). */
+static int probed_sms = 108;
+
+static int probe(char *why, size_t len) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    snprintf(why, len, "no usable CUDA driver or device: cudaGetDeviceCount: "
+             "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (n < 1) {
+    snprintf(why, len, "no CUDA device found");
+    return 0;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0)) {
+    snprintf(why, len, "cudaDeviceGetAttribute failed on device 0");
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (major < 8) {
+    snprintf(why, len, "device 0 has compute capability %d.%d; %s needs 8.0 "
+             "or newer (mma.sync bf16, cp.async)", major, minor, BACKEND_NAME);
+    return 0;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) ==
+          cudaSuccess && sms > 0)
+    probed_sms = sms;
+  return 1;
+}
+
+static fa_status ctx_create(int device, void **state) {
+  int n = 0;
+  CK(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  if (device >= n)
+    return core->fail(FA_ERR_NO_DEVICE, "device=%d: this machine has %d CUDA "
+                      "device%s", device, n, n == 1 ? "" : "s");
+  int major = 0, minor = 0, sms = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+     "cudaDeviceGetAttribute");
+  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+     "cudaDeviceGetAttribute");
+  if (major < 8)
+    return core->fail(FA_ERR_NO_DEVICE, "device=%d has compute capability "
+                      "%d.%d; %s needs 8.0 or newer", device, major, minor,
+                      BACKEND_NAME);
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+     "cudaDeviceGetAttribute");
+  CK(cudaSetDevice(device), "cudaSetDevice");
+  CK(cudaFree(NULL), "creating the CUDA context"); // initialise it now
+  cuda_state *st = calloc(1, sizeof *st);
+  if (!st)
+    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: context: out of memory",
+                      BACKEND_NAME);
+  st->device = device;
+  st->sm_count = sms;
+  *state = st;
+  return FA_OK;
+}
+
+static void ctx_destroy(void *state) {
+  cuda_state *st = state;
+  if (!st) return;
+  if (st->ws && cudaSetDevice(st->device) == cudaSuccess) {
+    (void)cudaStreamSynchronize(st->stream);
+    (void)cudaFree(st->ws);
+  }
+  (void)cudaGetLastError();
+  free(st);
+}
+
+static void capabilities(void *state, fa_caps *caps) {
+  const cuda_state *st = state;
+  caps->fast_mem_bytes = fa_cuda_plan_mem_bytes;
+  caps->num_workers = st ? st->sm_count : probed_sms;
+  caps->tile_align = fa_cuda_plan_align;
+  caps->max_block_q = fa_cuda_plan_max_bq;
+  caps->max_block_k = fa_cuda_plan_max_bk;
+  caps->max_splits = 128;
+}
+
+static fa_status set_stream(void *state, void *stream) {
+  ((cuda_state *)state)->stream = (cudaStream_t)stream;
+  return FA_OK;
+}
+
+static fa_status use_device(const cuda_state *st) {
+  CK(cudaSetDevice(st->device), "cudaSetDevice");
+  return FA_OK;
+}
+
+/* Scratch of at least `bytes` on the device, owned by the context. Growing
+   waits for work already queued on the stream, which may still read the
+   old buffer. */
+static fa_status workspace(cuda_state *st, size_t bytes, void **out) {
+  if (bytes <= st->ws_bytes) {
+    *out = st->ws;
+    return FA_OK;
+  }
+  if (st->ws) {
+    CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (workspace)");
+    CK(cudaFree(st->ws), "cudaFree (workspace)");
+    st->ws = NULL;
+    st->ws_bytes = 0;
+  }
+  size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+  cudaError_t e = cudaMalloc(&st->ws, rounded);
+  if (e != cudaSuccess) {
+    st->ws = NULL;
+    (void)cudaGetLastError();
+    return core->fail(e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
+                                                     : FA_ERR_BACKEND,
+                      "%s: workspace of %zu bytes: cudaMalloc: %s",
+                      BACKEND_NAME, rounded, cudaGetErrorString(e));
+  }
+  st->ws_bytes = rounded;
+  *out = st->ws;
+  return FA_OK;
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static fa_status mem_alloc(void *state, size_t bytes, void **ptr) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return core->fail(e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
+                                                     : FA_ERR_BACKEND,
+                      "%s: cudaMalloc of %zu bytes: %s (%s)", BACKEND_NAME,
+                      bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  *ptr = p; // cudaMalloc aligns to 256 bytes
+  return FA_OK;
+}
+
+static fa_status mem_free(void *state, void *ptr) {
+  fa_status s = use_device(state);
+  if (s) return s;
+  CK(cudaFree(ptr), "cudaFree");
+  return FA_OK;
+}
+
+static fa_status copy_to_device(void *state, void *dst, const void *src,
+                                size_t bytes) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream),
+     "cudaMemcpyAsync (host to device)");
+  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (copy)");
+  return FA_OK;
+}
+
+static fa_status copy_to_host(void *state, void *dst, const void *src,
+                              size_t bytes) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream),
+     "cudaMemcpyAsync (device to host)");
+  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (copy)");
+  return FA_OK;
+}
+
+static fa_status synchronize(void *state) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize");
+  return FA_OK;
+}
+
+/* ---- parameters ---------------------------------------------------------- */
+
+static fa_cuda_view view_of(const fa_tensor *t) {
+  fa_cuda_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
+  return v;
+}
+
+static void fill_problem(fa_cuda_params *q, const fa_problem *p) {
+  const fa_attention *a = &p->a;
+  memset(q, 0, sizeof *q);
+  q->batch = a->batch;
+  q->seqlen_q = a->seqlen_q;
+  q->seqlen_k = a->seqlen_k;
+  q->heads_q = a->heads_q;
+  q->heads_kv = a->heads_kv;
+  q->group = p->group;
+  q->head_dim = a->head_dim;
+  q->head_dim_v = a->head_dim_v;
+  q->scale = a->scale;
+  q->softcap = a->softcap;
+  q->window_left = a->window_left;
+  q->window_right = a->window_right;
+  q->top_left = p->top_left;
+  q->varlen_q = p->varlen_q;
+  q->varlen_k = p->varlen_k;
+  q->paged = p->paged;
+  q->dtype = (int)p->dtype;
+  q->alibi_slopes = a->alibi_slopes;
+  q->sinks = a->sinks;
+  q->cu_seqlens_q = a->cu_seqlens_q;
+  q->cu_seqlens_k = a->cu_seqlens_k;
+  q->seqused_k = a->seqused_k;
+  q->block_table = a->block_table;
+  q->max_blocks_per_seq = a->max_blocks_per_seq;
+  q->page_size = a->page_size;
+  q->only_batch = -1;
+}
+
+static fa_status launched(int err, const char *kernel) {
+  if (err == 0) return FA_OK;
+  char what[96];
+  snprintf(what, sizeof what, "launching %s", kernel);
+  return cuda_fail((cudaError_t)err, what);
+}
+
+/* Workspace for the split partials, if the plan splits the keys. */
+static fa_status split_scratch(cuda_state *st, fa_cuda_params *q) {
+  if (q->num_splits <= 1) return FA_OK;
+  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
+  size_t bytes = rows * 2 * sizeof(float) +
+                 rows * (size_t)q->head_dim_v * sizeof(float);
+  void *ws;
+  fa_status s = workspace(st, bytes, &ws);
+  if (s) return s;
+  q->part_ml = ws;
+  q->part_o = (float *)ws + rows * 2;
+  return FA_OK;
+}
+
+static fa_status grid_fits(int64_t blocks, const char *what) {
+  if (blocks <= INT_MAX) return FA_OK;
+  return core->fail(FA_ERR_UNSUPPORTED, "%s: %lld CTAs exceed the grid limit",
+                    what, (long long)blocks);
+}
+
+/* ---- forward ----------------------------------------------------------------- */
+
+static fa_status fwd_generic(void *state, const fa_problem *p,
+                             const fa_plan_data *plan, const fa_fwd_args *a) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_cuda_params q;
+  fill_problem(&q, p);
+  q.q = view_of(&a->q);
+  q.k = view_of(&a->k);
+  q.v = view_of(&a->v);
+  q.o = view_of(&a->o);
+  q.lse = a->lse;
+  q.block_q = plan->block_q;
+  q.block_k = plan->block_k;
+  q.num_q_blocks = plan->num_q_blocks;
+  q.num_splits = plan->num_splits;
+  q.num_work = plan->num_work;
+  if ((s = grid_fits(q.num_work, "cuda.generic"))) return s;
+  if ((s = split_scratch(st, &q))) return s;
+  if ((s = launched(fa_cuda_launch_fwd_generic(&q, st->stream),
+                    "cuda.generic forward")))
+    return s;
+  if (q.num_splits > 1)
+    return launched(fa_cuda_launch_combine(&q, st->stream),
+                    "the split-KV combine");
+  return FA_OK;
+}
+
+/* The compiled sm80 instantiations (generated list, FA_CUDA_HEAD_DIMS). */
+#define FA_DTYPE_bf16 FA_BF16
+#define FA_DTYPE_f16 FA_F16
+#define FA_SM80_INST(t, d)                                                     \
+  int fa_sm80_fwd_##t##_d##d(const fa_cuda_params *p, void *stream);
+#include "sm80_instances.h"
+#undef FA_SM80_INST
+
+typedef struct sm80_instance {
+  fa_dtype dtype;
+  int dim;
+  int (*launch)(const fa_cuda_params *p, void *stream);
+} sm80_instance;
+
+static const sm80_instance sm80_instances[] = {
+#define FA_SM80_INST(t, d) {FA_DTYPE_##t, d, fa_sm80_fwd_##t##_d##d},
+#include "sm80_instances.h"
+#undef FA_SM80_INST
+    {FA_F32, 0, NULL}};
+
+static const sm80_instance *sm80_find(fa_dtype dtype, int dim) {
+  for (const sm80_instance *i = sm80_instances; i->launch; i++)
+    if (i->dtype == dtype && i->dim == dim) return i;
+  return NULL;
+}
+
+static const fa_cuda_tile *tile_of(int dim) {
+  for (int i = 0; i < fa_cuda_num_tiles; i++)
+    if (fa_cuda_tiles[i].head_dim == dim) return &fa_cuda_tiles[i];
+  return NULL;
+}
+
+int fa_cuda_sm80_compiled(int head_dim, int dtype) {
+  return sm80_find((fa_dtype)dtype, head_dim) != NULL;
+}
+
+int fa_cuda_launch_fwd_sm80(const fa_cuda_tile *t, const fa_cuda_params *p,
+                            void *stream) {
+  const sm80_instance *i = sm80_find((fa_dtype)p->dtype, t->head_dim);
+  return i ? i->launch(p, stream) : (int)cudaErrorInvalidValue;
+}
+
+/* The tensor-core kernel copies 16-byte chunks and stores 4-byte pairs. */
+static int chunk_aligned(const fa_tensor *t) {
+  return (uintptr_t)t->data % 16 == 0 && t->stride_batch % 8 == 0 &&
+         t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
+}
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+static fa_status fwd_sm80(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_fwd_args *a) {
+  cuda_state *st = state;
+  const fa_cuda_tile *t = tile_of(p->a.head_dim);
+  const char *name = p->dtype == FA_BF16 ? t->name_bf16 : t->name_f16;
+  const char *why = NULL;
+  // The plan's blocks must be the row's, or a single block that the row's
+  // larger tile covers (short sequences).
+  int ok_q = plan->block_q == t->block_q ||
+             (plan->num_q_blocks == 1 && p->a.seqlen_q <= t->block_q);
+  int ok_k = plan->block_k == t->block_k ||
+             (plan->num_k_blocks == 1 && p->a.seqlen_k <= t->block_k);
+  if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
+      !chunk_aligned(&a->v) || !chunk_aligned(&a->o))
+    why = "a tensor is not 16-byte aligned (data, or a stride not a multiple "
+          "of 8 elements)";
+  else if (!ok_q || !ok_k)
+    why = "the plan's blocks differ from the tile table's";
+  if (why) {
+    if (core->log_enabled())
+      core->log("  %s %s: %s; running cuda.generic", BACKEND_NAME, name, why);
+    return fwd_generic(state, p, plan, a);
+  }
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_cuda_params q;
+  fill_problem(&q, p);
+  q.q = view_of(&a->q);
+  q.k = view_of(&a->k);
+  q.v = view_of(&a->v);
+  q.o = view_of(&a->o);
+  q.lse = a->lse;
+  q.block_q = t->block_q;
+  q.block_k = t->block_k;
+  q.num_q_blocks = ceil_div(p->a.seqlen_q, t->block_q);
+  q.num_splits = plan->num_splits;
+  q.num_work = (int64_t)p->a.batch * p->a.heads_q * q.num_q_blocks *
+               q.num_splits;
+  if ((s = grid_fits(q.num_work, name))) return s;
+  if ((s = split_scratch(st, &q))) return s;
+  if ((s = launched(fa_cuda_launch_fwd_sm80(t, &q, st->stream), name)))
+    return s;
+  if (q.num_splits > 1)
+    return launched(fa_cuda_launch_combine(&q, st->stream),
+                    "the split-KV combine");
+  return FA_OK;
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+static fa_status bwd_generic(void *state, const fa_problem *p,
+                             const fa_plan_data *plan, const fa_bwd_args *a) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_cuda_params q;
+  fill_problem(&q, p);
+  q.q = view_of(&a->q);
+  q.k = view_of(&a->k);
+  q.v = view_of(&a->v);
+  q.o = view_of(&a->o);
+  q.d_o = view_of(&a->d_o);
+  q.dq = view_of(&a->dq);
+  q.dk = view_of(&a->dk);
+  q.dv = view_of(&a->dv);
+  q.lse_in = a->lse;
+  q.block_q = plan->block_q;
+  q.block_k = plan->block_k;
+  q.num_q_blocks = plan->num_q_blocks;
+  q.num_splits = 1;
+  int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
+  int64_t rows_k = (int64_t)q.batch * q.heads_kv * q.seqlen_k;
+  if ((s = grid_fits((rows_q + 3) / 4, "cuda.generic backward")) ||
+      (s = grid_fits((rows_k + 3) / 4, "cuda.generic backward")))
+    return s;
+  void *ws;
+  if ((s = workspace(st, (size_t)rows_q * sizeof(float), &ws))) return s;
+  q.delta = ws;
+  if ((s = launched(fa_cuda_launch_bwd_delta(&q, st->stream),
+                    "cuda.generic backward (D = rowsum(dO o O))")) ||
+      (s = launched(fa_cuda_launch_bwd_dq(&q, st->stream),
+                    "cuda.generic backward (dQ)")))
+    return s;
+  if (!q.paged)
+    return launched(fa_cuda_launch_bwd_dkdv(&q, st->stream),
+                    "cuda.generic backward (dK, dV)");
+  // Paged pools may share pages between sequences: zero every named slot,
+  // then add one sequence at a time.
+  if ((s = launched(fa_cuda_launch_bwd_zero_paged(&q, st->stream),
+                    "cuda.generic backward (zero dK, dV pages)")))
+    return s;
+  for (int b = 0; b < q.batch; b++) {
+    q.only_batch = b;
+    if ((s = launched(fa_cuda_launch_bwd_dkdv(&q, st->stream),
+                      "cuda.generic backward (dK, dV)")))
+      return s;
+  }
+  return FA_OK;
+}
+
+/* ---- fa_merge_states -------------------------------------------------------- */
+
+static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
+                              const float *const *lse_parts, int batch,
+                              int seqlen, int heads, int head_dim,
+                              fa_tensor o, float *lse) {
+  cuda_state *st = state;
+  fa_status s = use_device(st);
+  if (s) return s;
+  if (head_dim > FA_CUDA_MAX_HEAD_DIM)
+    return core->fail(FA_ERR_UNSUPPORTED, "%s: merge with head_dim %d > %d",
+                      BACKEND_NAME, head_dim, FA_CUDA_MAX_HEAD_DIM);
+  size_t bytes = sizeof(fa_cuda_merge_part) * (size_t)n;
+  fa_cuda_merge_part *desc = malloc(bytes);
+  if (!desc)
+    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: merge descriptors: out of "
+                      "memory", BACKEND_NAME);
+  for (int i = 0; i < n; i++) {
+    desc[i].o = o_parts[i].data;
+    desc[i].dtype = (int)o_parts[i].dtype;
+    desc[i].sb = o_parts[i].stride_batch;
+    desc[i].ss = o_parts[i].stride_seq;
+    desc[i].sh = o_parts[i].stride_head;
+    desc[i].lse = lse_parts[i];
+  }
+  void *ws = NULL;
+  s = workspace(st, bytes, &ws);
+  if (!s) {
+    // From pageable memory the copy is staged before the call returns, so
+    // desc may be freed right after.
+    cudaError_t e = cudaMemcpyAsync(ws, desc, bytes, cudaMemcpyHostToDevice,
+                                    st->stream);
+    if (e != cudaSuccess) s = cuda_fail(e, "cudaMemcpyAsync (merge parts)");
+  }
+  free(desc);
+  if (s) return s;
+  return launched(fa_cuda_launch_merge(n, ws, (int)o.dtype, batch, seqlen,
+                                       heads, head_dim, view_of(&o), lse,
+                                       st->stream),
+                  "the merge kernel");
+}
+
+/* ---- kernels and dispatch ---------------------------------------------------- */
+
+static int generic_dims(const fa_problem *p, char *why, size_t len) {
+  if (p->a.head_dim > FA_CUDA_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
+             FA_CUDA_MAX_HEAD_DIM);
+    return 0;
+  }
+  if (p->a.head_dim_v > FA_CUDA_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
+             FA_CUDA_MAX_HEAD_DIM);
+    return 0;
+  }
+  return 1;
+}
+
+static int supports_generic(const fa_problem *p, char *why, size_t len) {
+  return generic_dims(p, why, len);
+}
+
+static int supports_sm80(const fa_problem *p, fa_dtype dtype, int dim,
+                         char *why, size_t len) {
+  const char *env = getenv("FA_CUDA_GENERIC");
+  if (env && *env && strcmp(env, "0") != 0) {
+    snprintf(why, len, "FA_CUDA_GENERIC is set");
+    return 0;
+  }
+  if (p->dtype != dtype) {
+    snprintf(why, len, "dtype is not %s", dtype == FA_BF16 ? "bf16" : "f16");
+    return 0;
+  }
+  if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
+    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+             p->a.head_dim, p->a.head_dim_v, dim, dim);
+    return 0;
+  }
+  if (!sm80_find(dtype, dim)) {
+    snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
+    return 0;
+  }
+  return 1;
+}
+
+#define SM80_SUPPORTS(t, d)                                                    \
+  static int supports_##t##_d##d(const fa_problem *p, char *why,             \
+                                 size_t len) {                                 \
+    return supports_sm80(p, FA_DTYPE_##t, d, why, len);                        \
+  }
+SM80_SUPPORTS(bf16, 64)
+SM80_SUPPORTS(bf16, 96)
+SM80_SUPPORTS(bf16, 128)
+SM80_SUPPORTS(bf16, 192)
+SM80_SUPPORTS(bf16, 256)
+SM80_SUPPORTS(f16, 64)
+SM80_SUPPORTS(f16, 96)
+SM80_SUPPORTS(f16, 128)
+SM80_SUPPORTS(f16, 192)
+SM80_SUPPORTS(f16, 256)
+
+#define SM80_KERNEL(t, d)                                                      \
+  {.name = "cuda.sm80." #t ".d" #d,                                            \
+   .supports = supports_##t##_d##d,                                            \
+   .forward = fwd_sm80,                                                        \
+   .backward = NULL}
+
+static const fa_kernel kernels[] = {
+    SM80_KERNEL(bf16, 128), SM80_KERNEL(f16, 128), SM80_KERNEL(bf16, 64),
+    SM80_KERNEL(f16, 64),   SM80_KERNEL(bf16, 256), SM80_KERNEL(f16, 256),
+    SM80_KERNEL(bf16, 192), SM80_KERNEL(f16, 192), SM80_KERNEL(bf16, 96),
+    SM80_KERNEL(f16, 96),
+    {.name = "cuda.generic",
+     .supports = supports_generic,
+     .forward = fwd_generic,
+     .backward = bwd_generic},
+};
+
+static const fa_backend backend_sm80 = {
+    .api_version = FA_BACKEND_API_VERSION,
+    .name = BACKEND_NAME,
+    .kind = FA_BACKEND_CUDA,
+    .rank = 100,
+    .memory_space = FA_MEMORY_CUDA,
+    .probe = probe,
+    .context_create = ctx_create,
+    .context_destroy = ctx_destroy,
+    .capabilities = capabilities,
+    .set_threads = NULL,
+    .set_stream = set_stream,
+    .mem_alloc = mem_alloc,
+    .mem_free = mem_free,
+    .copy_to_device = copy_to_device,
+    .copy_to_host = copy_to_host,
+    .synchronize = synchronize,
+    .merge_states = merge_states,
+    .kernels = kernels,
+    .num_kernels = (int)(sizeof kernels / sizeof kernels[0]),
+};
+
+static const fa_backend *const module_backends[] = {&backend_sm80};
+
+/* The module's one exported symbol (FA_MODULE_ENTRY). */
+__attribute__((visibility("default"))) const fa_backend *const *
+fa_module_backends(const fa_core_services *services, int *count) {
+  if (!services || !count || services->api_version != FA_BACKEND_API_VERSION)
+    return NULL;
+  core = services;
+  *count = 1;
+  return module_backends;
+}

@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: MIT
+// The sm80 forward mainloop (FlashAttention-2 class): mma.sync m16n8k16
+// (fp16/bf16 in, fp32 accumulate), ldmatrix from XOR-swizzled shared
+// memory, a two-stage cp.async pipeline over K/V blocks, and the online
+// softmax in base 2 with scale * log2(e) folded into one FFMA. Runs on sm80
+// and later (sm90 too: the Hopper path with wgmma would be a separate file).
+//
+// One CTA per plan work item (batch, head, q block, kv split); warp w owns
+// rows [w * 16 * MT, (w + 1) * 16 * MT) of the q block. Every feature of
+// the problem is handled here at run time, by uniform branches: masks
+// (causal both ways, windows; only blocks that cut a window are masked),
+// softcap, ALiBi, sinks, GQA, varlen, seqused_k, paged KV (rows addressed
+// through the block table as they are copied), LSE, split partials.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with 16-bit A/B): lane = 4 g + t.
+//   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..),
+//                   a3 = (g+8, 2t+8..)
+//   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16x8 fp32):  c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// so the S accumulators of two adjacent n-tiles are, packed to 16 bits, the
+// A fragment of P for the P.V product, with no data movement.
+#ifndef FA_CUDA_SM80_FWD_CUH
+#define FA_CUDA_SM80_FWD_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_internal.h"
+#include "cuda_semantics.h"
+
+namespace fa_sm80 {
+
+/* ---- the tile table as template arguments ------------------------------- */
+
+template <int D> struct tile;
+#define FA_TILE(d, bq, bk, w, mt, qr, pitch)                                   \
+  template <> struct tile<d> {                                                 \
+    static constexpr int BQ = bq, BK = bk, NW = w, MT = mt, QREG = qr,         \
+                         PITCH = pitch;                                        \
+  };
+#include "sm80_tiles.def"
+#undef FA_TILE
+
+/* ---- PTX wrappers --------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
+                                           int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr)
+      : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr)
+      : "memory");
+}
+
+template <typename T> struct ops;
+template <> struct ops<__nv_bfloat16> {
+  static __device__ __forceinline__ void mma(float (&d)[4],
+                                             const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // lo -> lower 16 bits (the lower column index), hi -> upper.
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+};
+template <> struct ops<__half> {
+  static __device__ __forceinline__ void mma(float (&d)[4],
+                                             const uint32_t (&a)[4],
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+};
+
+/* 2^x (MUFU.EX2); 2^-inf = +0. */
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f; // log2(e)
+constexpr float kLn2 = 0.6931471805599453f;   // ln(2) = 1 / log2(e)
+
+/* ---- shared-memory layout --------------------------------------------------
+   Rows of PITCH 16-bit elements in 16-byte chunks. When the row is a
+   multiple of 64 elements, chunk c of row r lives at c ^ (r & 7): the 8 rows
+   an ldmatrix reads (or a phase of cp.async writes) then hit 8 different
+   bank groups. Other widths are padded by 16 bytes per row instead. */
+template <int D, int PITCH> struct layout {
+  static constexpr bool kSwizzle = D % 64 == 0 && PITCH == D;
+  static __device__ __forceinline__ int offset(int row, int chunk) {
+    return row * PITCH + ((kSwizzle ? (chunk ^ (row & 7)) : chunk) << 3);
+  }
+};
+
+/* ---- the online softmax, one named step per function ---------------------
+   Scores are kept in "units" u with exp(score) = 2^(u * mul): mul is
+   scale * log2(e) for plain scores (so u is the raw q.k and the scale rides
+   on the FFMA of the exponent), 1 when softcap/ALiBi/negative scale made
+   the kernel transform scores into base-2 logits first. */
+
+/* Row maximum over this thread's values, then across the 4 lanes of a row. */
+template <int NT8>
+__device__ __forceinline__ float row_max(const float (&s)[NT8][4], int hr,
+                                         float m) {
+#pragma unroll
+  for (int n = 0; n < NT8; n++) m = fmaxf(m, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+  m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
+  return fmaxf(m, __shfl_xor_sync(~0u, m, 2));
+}
+
+/* The exponent reference of a row: its maximum in base-2 units, 0 while the
+   row has seen no key (so exponents stay -inf, never NaN). */
+__device__ __forceinline__ float row_ref(float m, float mul) {
+  return m == -INFINITY ? 0.0f : m * mul;
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+
+template <typename T, int D>
+__global__ void __launch_bounds__(tile<D>::NW * 32)
+    fwd_kernel(const __grid_constant__ fa_cuda_params p) {
+  constexpr int BQ = tile<D>::BQ, BK = tile<D>::BK, NW = tile<D>::NW;
+  constexpr int MT = tile<D>::MT, PITCH = tile<D>::PITCH;
+  constexpr bool QREG = tile<D>::QREG != 0;
+  constexpr int NT = NW * 32, CH = D / 8; // threads, 16-byte chunks per row
+  constexpr int NS = BK / 8, ND = D / 8;  // n-tiles of S and of O
+  static_assert(BQ == 16 * MT * NW, "block_q = 16 * m_tiles * warps");
+  static_assert((BQ * CH) % NT == 0 && (BK * CH) % NT == 0, "tile copy");
+  static_assert(D % 16 == 0 && BK % 16 == 0, "mma granularity");
+  typedef layout<D, PITCH> L;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T *sQ = reinterpret_cast<T *>(smem_raw);
+  T *sK = sQ + BQ * PITCH;     // [2][BK][PITCH]
+  T *sV = sK + 2 * BK * PITCH; // [2][BK][PITCH]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t w = blockIdx.x;
+  int b, h, qb, split;
+  fa_cu_work_item(&p, w, &b, &h, &qb, &split);
+  const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
+  const int row0 = qb * BQ;
+  if (row0 >= sq) return;
+  const int nr = min(BQ, sq - row0), hk = h / p.group;
+  int kb0, kb1, s0, s1;
+  fa_cu_kv_blocks(&p, BQ, BK, sq, sk, qb, &kb0, &kb1);
+  fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  const int shift = fa_cu_shift(&p, sq, sk);
+
+  // ---- global -> shared copies (rows past the sequence become zeros, so
+  // P = 0 never meets a NaN of V) ----
+  const T *gq = (const T *)p.q.data, *gk = (const T *)p.k.data,
+          *gv = (const T *)p.v.data;
+#pragma unroll
+  for (int it = 0; it < BQ * CH / NT; it++) {
+    const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+    const int i = row0 + r;
+    const T *src = i < sq ? gq + fa_cu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq;
+    cp_async16(smem_addr(sQ + L::offset(r, c)), src, i < sq ? 16 : 0);
+  }
+  cp_async_commit();
+  auto load_kv = [&](int kb, int stage) {
+    T *dk = sK + stage * BK * PITCH, *dv = sV + stage * BK * PITCH;
+#pragma unroll
+    for (int it = 0; it < BK * CH / NT; it++) {
+      const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+      const int j = kb * BK + r;
+      const bool ok = j < sk;
+      const T *srck = ok ? gk + fa_cu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk;
+      const T *srcv = ok ? gv + fa_cu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv;
+      cp_async16(smem_addr(dk + L::offset(r, c)), srck, ok ? 16 : 0);
+      cp_async16(smem_addr(dv + L::offset(r, c)), srcv, ok ? 16 : 0);
+    }
+  };
+  if (s0 < s1) load_kv(s0, 0);
+  cp_async_commit();
+
+  // ---- per-row state: O accumulators, running max (units) and sum ----
+  float o[MT][ND][4];
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int mi = 0; mi < MT; mi++) {
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[mi][n][e] = 0.0f;
+    mrow[mi][0] = mrow[mi][1] = -INFINITY;
+    lrow[mi][0] = lrow[mi][1] = 0.0f;
+  }
+
+  #ifdef DBG_NOSPECIAL
+  const bool special = false;
+#else
+  const bool special = p.softcap > 0.0f || p.alibi_slopes || !(p.scale > 0.0f);
+#endif
+  const float mul = special ? 1.0f : p.scale * kLog2e;
+  const int wrow0 = warp * 16 * MT; // first row of this warp in the block
+  int lo_f, hi_f, lo_l, hi_l;       // windows of the block's first/last rows
+  fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
+  fa_cu_visible(&p, row0 + nr - 1, sq, sk, &lo_l, &hi_l);
+
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Q fragments: kept for the whole CTA (QREG) or re-read per block.
+  constexpr int QF = QREG ? D / 16 : 1;
+  uint32_t qf[MT][QF][4];
+  auto q_frag = [&](uint32_t (&a)[4], int mi, int ks) {
+    const int r = wrow0 + mi * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    ldsm_x4(a, smem_addr(sQ + L::offset(r, ks * 2 + (lane >> 4))));
+  };
+  if (QREG) {
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+      for (int ks = 0; ks < QF; ks++) q_frag(qf[mi][ks], mi, ks);
+  }
+
+  for (int kb = s0; kb < s1; kb++) {
+    const int stage = (kb - s0) & 1;
+#ifndef DBG_NOLOAD
+    if (kb + 1 < s1) load_kv(kb + 1, stage ^ 1);
+#endif
+    cp_async_commit();
+    const T *tK = sK + stage * BK * PITCH, *tV = sV + stage * BK * PITCH;
+
+    // ---- S = Q K^T ----
+    float s[MT][NS][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+      for (int n = 0; n < NS; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[mi][n][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; mi++) {
+        if (QREG) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) a[mi][e] = qf[mi][QREG ? ks : 0][e];
+        } else {
+          q_frag(a[mi], mi, ks);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < BK / 16; np++) {
+        uint32_t bk4[4];
+        const int r = np * 16 + (lane & 7) + 8 * (lane >> 4);
+        ldsm_x4(bk4, smem_addr(tK + L::offset(r, ks * 2 + ((lane >> 3) & 1))));
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+          ops<T>::mma(s[mi][2 * np], a[mi], bk4[0], bk4[1]);
+          ops<T>::mma(s[mi][2 * np + 1], a[mi], bk4[2], bk4[3]);
+        }
+      }
+    }
+
+    // ---- score transform and mask (uniform branches) ----
+    const int col0 = kb * BK;
+#ifdef DBG_NOMASK
+    const bool need_mask = false;
+#else
+    const bool need_mask =
+        !(lo_l <= col0 && hi_f >= col0 + BK && lo_f < hi_f);
+#endif
+    if (special || need_mask) {
+#pragma unroll
+      for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const int i = row0 + wrow0 + mi * 16 + g + 8 * hr;
+          int lo, hi;
+          fa_cu_visible(&p, i, sq, sk, &lo, &hi);
+#pragma unroll
+          for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int j = col0 + n * 8 + 2 * t4 + e;
+              float x = s[mi][n][2 * hr + e];
+              if (special)
+                x = fa_cu_transform(&p, p.scale * x, h, i, j, shift) * kLog2e;
+              if (need_mask && (j < lo || j >= hi)) x = -INFINITY;
+              s[mi][n][2 * hr + e] = x;
+            }
+        }
+    }
+
+    // ---- online softmax: max, rescale, exp2, sum ----
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        const float m_new = row_max(s[mi], hr, mrow[mi][hr]);
+        const float ref = row_ref(m_new, mul);
+        const float alpha = ex2(mrow[mi][hr] * mul - ref);
+        mrow[mi][hr] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const float pe = ex2(fmaf(s[mi][n][2 * hr + e], mul, -ref));
+            s[mi][n][2 * hr + e] = pe;
+            sum += pe;
+          }
+        lrow[mi][hr] = lrow[mi][hr] * alpha + sum;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+          o[mi][n][2 * hr] *= alpha;
+          o[mi][n][2 * hr + 1] *= alpha;
+        }
+      }
+
+    // ---- O += P V ----
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mi = 0; mi < MT; mi++) {
+        a[mi][0] = ops<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = ops<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = ops<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = ops<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < D / 16; np++) {
+        uint32_t bv[4];
+        const int r = kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+        ldsm_x4_t(bv, smem_addr(tV + L::offset(r, np * 2 + (lane >> 4))));
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+          ops<T>::mma(o[mi][2 * np], a[mi], bv[0], bv[1]);
+          ops<T>::mma(o[mi][2 * np + 1], a[mi], bv[2], bv[3]);
+        }
+      }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+
+  // ---- epilogue: finalise (sink, 1/l, LSE) or write the split partial ----
+  const float sink = p.sinks ? p.sinks[h] : NAN;
+  T *go = (T *)p.o.data;
+#pragma unroll
+  for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      float l = lrow[mi][hr];
+      l += __shfl_xor_sync(~0u, l, 1);
+      l += __shfl_xor_sync(~0u, l, 2);
+      const int r = wrow0 + mi * 16 + g + 8 * hr, i = row0 + r;
+      if (i >= sq) continue;
+      const float mref = row_ref(mrow[mi][hr], mul);
+      const float m_nat = mrow[mi][hr] == -INFINITY ? -INFINITY : mref * kLn2;
+      if (p.num_splits == 1) {
+        float lse;
+        const float f = fa_cu_finalize(m_nat, l, sink, &lse);
+        T *dst = go + fa_cu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+          *reinterpret_cast<uint32_t *>(dst + n * 8) =
+              ops<T>::pack(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
+        if (p.lse && t4 == 0) p.lse[fa_cu_row_index(&p, b, h, i)] = lse;
+      } else {
+        const int64_t at = w * BQ + r;
+        if (t4 == 0) {
+          p.part_ml[at * 2] = m_nat;
+          p.part_ml[at * 2 + 1] = l;
+        }
+        float *dst = p.part_o + at * D + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+          *reinterpret_cast<float2 *>(dst + n * 8) =
+              make_float2(o[mi][n][2 * hr], o[mi][n][2 * hr + 1]);
+      }
+    }
+}
+
+template <typename T, int D>
+int launch(const fa_cuda_params *p, void *stream) {
+  constexpr int BQ = tile<D>::BQ, BK = tile<D>::BK, NW = tile<D>::NW;
+  constexpr int smem = (BQ + 4 * BK) * tile<D>::PITCH * 2;
+  if (p->num_work <= 0) return 0;
+  cudaError_t e = cudaFuncSetAttribute(
+      fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return (int)e;
+  fwd_kernel<T, D><<<(unsigned)p->num_work, NW * 32, smem,
+                     (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+} // namespace fa_sm80
+
+/* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>. */
+#define FA_SM80_FWD_INSTANCE(T, tname, D)                                      \
+  extern "C" int fa_sm80_fwd_##tname##_d##D(const fa_cuda_params *p,          \
+                                            void *stream) {                   \
+    return fa_sm80::launch<T, D>(p, stream);                                   \
+  }
+
+#endif
