@@ -93,26 +93,35 @@ FA_ALWAYS_INLINE void FA_FN(micro_rows)(const int N, const int tail, int m,
   for (; i + FA_MR <= m; i += FA_MR)
     FA_FN(micro)(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc,
                  ldc, acc);
-  switch (m - i) {
-#if FA_MR > 3
-  case 3:
-    FA_FN(micro)(3, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
-                 acc);
+#define FA_ROWS(R)                                                             \
+  case R:                                                                      \
+    FA_FN(micro)(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,  \
+                 acc);                                                         \
     break;
+  switch (m - i) {
+#if FA_MR > 7
+    FA_ROWS(7)
+#endif
+#if FA_MR > 6
+    FA_ROWS(6)
+#endif
+#if FA_MR > 5
+    FA_ROWS(5)
+#endif
+#if FA_MR > 4
+    FA_ROWS(4)
+#endif
+#if FA_MR > 3
+    FA_ROWS(3)
 #endif
 #if FA_MR > 2
-  case 2:
-    FA_FN(micro)(2, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
-                 acc);
-    break;
+    FA_ROWS(2)
 #endif
-  case 1:
-    FA_FN(micro)(1, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
-                 acc);
-    break;
+    FA_ROWS(1)
   default:
     break;
   }
+#undef FA_ROWS
 }
 
 /* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors

@@ -83,7 +83,7 @@ template <> struct ops<__nv_bfloat16> {
   static __device__ __forceinline__ void mma(float (&d)[4],
                                              const uint32_t (&a)[4],
                                              uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -98,7 +98,7 @@ template <> struct ops<__half> {
   static __device__ __forceinline__ void mma(float (&d)[4],
                                              const uint32_t (&a)[4],
                                              uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -129,7 +129,32 @@ template <int D, int PITCH> struct layout {
   static __device__ __forceinline__ int offset(int row, int chunk) {
     return row * PITCH + ((kSwizzle ? (chunk ^ (row & 7)) : chunk) << 3);
   }
+  // Byte offset of (row, chunk 2 s + c) from the lane part `base` =
+  // row * PITCH * 2 + ((c ^ (row & 7)) << 4): rows of a swizzled tile are
+  // multiples of 128 bytes and 2 s + c = 2 s ^ c, so the swizzled chunk is
+  // one XOR with the constant 32 s.
+  static __device__ __forceinline__ uint32_t step(uint32_t base, int s) {
+    return kSwizzle ? base ^ (uint32_t)(32 * s) : base + (uint32_t)(32 * s);
+  }
+  // The lane part of row r (r & 7 = the lane's row in its 8x8 matrix) and
+  // chunk bit c.
+  static __device__ __forceinline__ uint32_t lane_base(int r, int c) {
+    return (uint32_t)(r * PITCH * 2) +
+           (uint32_t)((kSwizzle ? (c ^ (r & 7)) : c) << 4);
+  }
 };
+
+/* A value the compiler must recompute where it is used: keeps loop-invariant
+   code motion from hoisting dozens of per-iteration addresses out of the
+   main loop (which would cost registers the accumulators need). */
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+__device__ __forceinline__ uint32_t opaque32(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 /* ---- the online softmax, one named step per function ---------------------
    Scores are kept in "units" u with exp(score) = 2^(u * mul): mul is
@@ -187,6 +212,9 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_cu_shift(&p, sq, sk);
 
+  const uint32_t sq_base = smem_addr(sQ), sk_base = smem_addr(sK),
+                 sv_base = smem_addr(sV);
+
   // ---- global -> shared copies (rows past the sequence become zeros, so
   // P = 0 never meets a NaN of V) ----
   const T *gq = (const T *)p.q.data, *gk = (const T *)p.k.data,
@@ -196,20 +224,35 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
     const int i = row0 + r;
     const T *src = i < sq ? gq + fa_cu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq;
-    cp_async16(smem_addr(sQ + L::offset(r, c)), src, i < sq ? 16 : 0);
+    cp_async16(sq_base + L::offset(r, c) * 2, src, i < sq ? 16 : 0);
   }
   cp_async_commit();
+  // Rows of dense / varlen K and V: base + j * stride_seq (the page table
+  // otherwise). The strides go through opaque() so that the 2 x BK*CH/NT
+  // row addresses are computed where they are used, not kept in registers
+  // across the main loop.
+  const int64_t k_row0 = p.paged ? 0 : fa_cu_k_offset(&p, &p.k, b, 0, hk);
+  const int64_t v_row0 = p.paged ? 0 : fa_cu_k_offset(&p, &p.v, b, 0, hk);
   auto load_kv = [&](int kb, int stage) {
-    T *dk = sK + stage * BK * PITCH, *dv = sV + stage * BK * PITCH;
+    const uint32_t dk = sk_base + stage * BK * PITCH * 2,
+                   dv = sv_base + stage * BK * PITCH * 2;
+    const int64_t kss = opaque(p.k.ss), vss = opaque(p.v.ss);
 #pragma unroll
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
       const int j = kb * BK + r;
       const bool ok = j < sk;
-      const T *srck = ok ? gk + fa_cu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk;
-      const T *srcv = ok ? gv + fa_cu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv;
-      cp_async16(smem_addr(dk + L::offset(r, c)), srck, ok ? 16 : 0);
-      cp_async16(smem_addr(dv + L::offset(r, c)), srcv, ok ? 16 : 0);
+      int64_t ko = 0, vo = 0;
+      if (ok && p.paged) {
+        ko = fa_cu_k_offset(&p, &p.k, b, j, hk);
+        vo = fa_cu_k_offset(&p, &p.v, b, j, hk);
+      } else if (ok) {
+        ko = k_row0 + (int64_t)j * kss;
+        vo = v_row0 + (int64_t)j * vss;
+      }
+      const uint32_t so = (uint32_t)L::offset(r, c) * 2;
+      cp_async16(dk + so, gk + ko + c * 8, ok ? 16 : 0);
+      cp_async16(dv + so, gv + vo + c * 8, ok ? 16 : 0);
     }
   };
   if (s0 < s1) load_kv(s0, 0);
@@ -245,9 +288,17 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   // Q fragments: kept for the whole CTA (QREG) or re-read per block.
   constexpr int QF = QREG ? D / 16 : 1;
   uint32_t qf[MT][QF][4];
+  // ldmatrix lane addresses (bytes): A of Q (rows +8 in matrices 1, 3;
+  // chunk +1 in 2, 3), B of K (keys +8 in 2, 3; chunk +1 in 1, 3), B of V
+  // transposed (keys +8 in 1, 3; chunk +1 in 2, 3).
+  const uint32_t q_lane =
+      L::lane_base(wrow0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+  const uint32_t k_lane =
+      L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
+  const uint32_t v_lane =
+      L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   auto q_frag = [&](uint32_t (&a)[4], int mi, int ks) {
-    const int r = wrow0 + mi * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-    ldsm_x4(a, smem_addr(sQ + L::offset(r, ks * 2 + (lane >> 4))));
+    ldsm_x4(a, sq_base + mi * 16 * PITCH * 2 + L::step(opaque32(q_lane), ks));
   };
   if (QREG) {
 #pragma unroll
@@ -262,7 +313,8 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     if (kb + 1 < s1) load_kv(kb + 1, stage ^ 1);
 #endif
     cp_async_commit();
-    const T *tK = sK + stage * BK * PITCH, *tV = sV + stage * BK * PITCH;
+    const uint32_t tK = sk_base + stage * BK * PITCH * 2,
+                   tV = sv_base + stage * BK * PITCH * 2;
 
     // ---- S = Q K^T ----
     float s[MT][NS][4];
@@ -287,8 +339,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
       for (int np = 0; np < BK / 16; np++) {
         uint32_t bk4[4];
-        const int r = np * 16 + (lane & 7) + 8 * (lane >> 4);
-        ldsm_x4(bk4, smem_addr(tK + L::offset(r, ks * 2 + ((lane >> 3) & 1))));
+        ldsm_x4(bk4, tK + np * 16 * PITCH * 2 + L::step(opaque32(k_lane), ks));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(s[mi][2 * np], a[mi], bk4[0], bk4[1]);
@@ -367,8 +418,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
       for (int np = 0; np < D / 16; np++) {
         uint32_t bv[4];
-        const int r = kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-        ldsm_x4_t(bv, smem_addr(tV + L::offset(r, np * 2 + (lane >> 4))));
+        ldsm_x4_t(bv, tV + kk * 16 * PITCH * 2 + L::step(opaque32(v_lane), np));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(o[mi][2 * np], a[mi], bv[0], bv[1]);

@@ -10,7 +10,9 @@
 
 #define FA_ISA_NAME "avx2"
 #define FA_VW 8
-#define FA_MR 4 // 4 rows x 2 vectors = 8 accumulators + 2 B + 1 broadcast
+// 6 rows x 2 vectors: 12 accumulators (enough to cover the FMA latency on
+// two ports) + 2 B vectors + 1 broadcast = 15 of the 16 registers.
+#define FA_MR 6
 #define FA_NV 2
 
 typedef __m256 fa_vf;

@@ -10,7 +10,7 @@
 
 #define FA_ISA_NAME "avx512"
 #define FA_VW 16
-#define FA_MR 4 // 4 rows x 4 vectors = 16 accumulators, 8 loads per 16 FMAs
+#define FA_MR 6 // 6 rows x 4 vectors = 24 accumulators + 4 B + 1 broadcast of 32
 #define FA_NV 4
 
 typedef __m512 fa_vf;
