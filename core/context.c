@@ -44,15 +44,30 @@ fa_status fa_context_create_by_name(fa_context **ctx, const char *name) {
   if (!ctx) return fa_fail(INVALID, "ctx (the output pointer) is NULL");
   if (!name) return fa_fail(INVALID, "name is NULL");
   int i = fa_registry_find(name);
+  const fa_kernel *kernel = NULL;
+  for (int j = 0; i < 0 && j < fa_registry_size(); j++) {
+    // A kernel name ("cpu.avx512") binds the context to that one kernel:
+    // for triage and for testing kernels a better one would shadow.
+    const fa_backend *b = fa_registry_at(j)->backend;
+    for (int k = 0; k < b->num_kernels; k++)
+      if (strcmp(b->kernels[k].name, name) == 0) {
+        i = j;
+        kernel = &b->kernels[k];
+      }
+  }
   if (i < 0)
-    return fa_fail(FA_ERR_NO_DEVICE, "no backend named \"%s\" is compiled in",
-                   name);
+    return fa_fail(FA_ERR_NO_DEVICE,
+                   "no backend or kernel named \"%s\" is compiled in", name);
   const fa_registry_entry *e = fa_registry_at(i);
   if (!e->usable)
     return fa_fail(FA_ERR_NO_DEVICE, "backend \"%s\" is not usable here: %s",
                    name, e->why);
-  if (fa_log_dispatch()) fa_log("context bound to backend %s by name", name);
-  return context_open(ctx, &i, 1, 1, 0);
+  if (fa_log_dispatch())
+    fa_log("context bound to %s %s by name", kernel ? "kernel" : "backend",
+           name);
+  fa_status s = context_open(ctx, &i, 1, 1, 0);
+  if (!s) (*ctx)->only_kernel = kernel;
+  return s;
 }
 
 void fa_context_destroy(fa_context *ctx) {

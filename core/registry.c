@@ -292,7 +292,11 @@ fa_status fa_dispatch(const fa_context *ctx, const fa_problem *p,
     for (int k = 0; k < b->num_kernels; k++) {
       const fa_kernel *kr = &b->kernels[k];
       int ok;
-      if (need_backward && !kr->backward) {
+      if (ctx->only_kernel && kr != ctx->only_kernel) {
+        snprintf(why, sizeof why, "the context is bound to kernel %s",
+                 ctx->only_kernel->name);
+        ok = 0;
+      } else if (need_backward && !kr->backward) {
         snprintf(why, sizeof why, "no backward kernel");
         ok = 0;
       } else {

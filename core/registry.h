@@ -38,6 +38,7 @@ struct fa_context {
   int n;                            // backends in this memory space
   int idx[FA_MAX_BACKENDS];         // registry indices, best first
   void *state[FA_MAX_BACKENDS];     // each backend's per-context state
+  const fa_kernel *only_kernel;     // bound to one kernel by name (triage)
 };
 
 /* One-line description of a problem for logs. */

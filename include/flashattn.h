@@ -177,8 +177,11 @@ FA_API fa_status fa_context_create(fa_context **ctx, fa_backend_kind kind,
 
 /**
  * Create a context bound to exactly one backend, by name ("cpu-scalar",
- * "cpu-avx512", "cuda-sm90", ...; see fa_backend_name()). A problem that
- * backend cannot run fails with FA_ERR_UNSUPPORTED: never a fallback.
+ * "cpu-avx512", "cuda-sm90", ...; see fa_backend_name()), or to exactly one
+ * kernel, by the kernel name that fa_explain() and fa_plan_describe() print
+ * ("cpu.avx512"), for triage and for testing kernels a better one would
+ * shadow. A problem that backend (or kernel) cannot run fails with
+ * FA_ERR_UNSUPPORTED: never a fallback.
  */
 FA_API fa_status fa_context_create_by_name(fa_context **ctx, const char *name);
 

@@ -14,6 +14,7 @@
 
 #include "cpu_detect.h"
 #include "cpu_internal.h"
+#include "dtype.h"
 #include "error.h"
 
 #define FA_CPU_MAX_HEAD_DIM 512
@@ -98,19 +99,20 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
 
 /* One backend per ISA: probe, capabilities and kernel table differ only in
    the ISA, its vector width and its rank. */
-#define FA_CPU_BACKEND(isa, ISA_ENUM, vec, rank_)                              \
+#define FA_CPU_KERNEL(isa)                                                     \
+  {.name = "cpu." #isa,                                                        \
+   .supports = cpu_supports,                                                   \
+   .forward = fa_cpu_forward_##isa,                                            \
+   .backward = fa_cpu_backward_##isa}
+
+#define FA_CPU_BACKEND(isa, ISA_ENUM, vec, rank_, ...)                         \
   static int probe_##isa(char *why, size_t len) {                             \
     return fa_cpu_isa_usable(ISA_ENUM, why, len);                             \
   }                                                                            \
   static void caps_##isa(void *state, fa_caps *caps) {                        \
     caps_for(state, caps, vec);                                                \
   }                                                                            \
-  static const fa_kernel kernels_##isa[] = {                                   \
-      {.name = "cpu." #isa,                                                    \
-       .supports = cpu_supports,                                               \
-       .forward = fa_cpu_forward_##isa,                                        \
-       .backward = fa_cpu_backward_##isa},                                     \
-  };                                                                           \
+  static const fa_kernel kernels_##isa[] = {__VA_ARGS__};                      \
   const fa_backend fa_backend_cpu_##isa = {                                    \
       .api_version = FA_BACKEND_API_VERSION,                                   \
       .name = "cpu-" #isa,                                                     \
@@ -130,16 +132,39 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
       .synchronize = fa_host_synchronize,                                      \
       .merge_states = fa_host_merge_states,                                    \
       .kernels = kernels_##isa,                                                \
-      .num_kernels = 1,                                                        \
+      .num_kernels = sizeof kernels_##isa / sizeof kernels_##isa[0],           \
   };
 
-FA_CPU_BACKEND(scalar, FA_ISA_SCALAR, 1, 10)
+#ifdef FA_HAVE_CPU_AVX512BF16
+/* bf16 problems on CPUs with AVX512-BF16: products in vdpbf16ps. */
+static int bf16_supports(const fa_problem *p, char *why, size_t len) {
+  if (p->dtype != FA_BF16) {
+    snprintf(why, len, "dtype %s is not bf16", fa_dtype_name(p->dtype));
+    return 0;
+  }
+  if (!fa_cpu_has_avx512bf16()) {
+    snprintf(why, len, "CPU lacks AVX512-BF16");
+    return 0;
+  }
+  return cpu_supports(p, why, len);
+}
+#define FA_CPU_BF16_KERNEL                                                     \
+  {.name = "cpu.avx512bf16",                                                   \
+   .supports = bf16_supports,                                                  \
+   .forward = fa_cpu_forward_avx512bf16,                                       \
+   .backward = NULL},
+#else
+#define FA_CPU_BF16_KERNEL
+#endif
+
+FA_CPU_BACKEND(scalar, FA_ISA_SCALAR, 1, 10, FA_CPU_KERNEL(scalar))
 #ifdef FA_HAVE_CPU_AVX2
-FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20)
+FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20, FA_CPU_KERNEL(avx2))
 #endif
 #ifdef FA_HAVE_CPU_AVX512
-FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30)
+FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30, FA_CPU_BF16_KERNEL
+               FA_CPU_KERNEL(avx512))
 #endif
 #ifdef FA_HAVE_CPU_NEON
-FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20)
+FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20, FA_CPU_KERNEL(neon))
 #endif

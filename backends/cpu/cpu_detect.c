@@ -60,6 +60,18 @@ static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
 #endif
 #endif
 
+int fa_cpu_has_avx512bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  char why[128];
+  if (!fa_cpu_isa_usable(FA_ISA_AVX512, why, sizeof why)) return 0;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+  return (a >> 5) & 1; // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
+#else
+  return 0;
+#endif
+}
+
 static const char *isa_names[] = {"scalar", "avx2", "avx512", "neon"};
 
 const char *fa_cpu_isa_name(fa_cpu_isa isa) { return isa_names[isa]; }

@@ -14,4 +14,6 @@ typedef enum fa_cpu_isa {
    why. */
 int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len);
 const char *fa_cpu_isa_name(fa_cpu_isa isa);
+/* 1 if AVX-512 is usable (as above) and the CPU has AVX512-BF16. */
+int fa_cpu_has_avx512bf16(void);
 #endif

@@ -26,6 +26,10 @@
 #include "error.h"
 #include "softmax.h"
 
+#ifndef FA_HAVE_DPBF16
+#define FA_HAVE_DPBF16 0
+#endif
+
 #define FA_CAT2(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT2(a, b)
 #define FA_FN(x) FA_CAT(x, FA_ISA_SUFFIX)
@@ -188,6 +192,10 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
   }
 }
 
+#if FA_HAVE_DPBF16
+#include "cpu_kernels_bf16.h"
+#endif
+
 /* ---- tiles ------------------------------------------------------------ */
 
 /* Tiles with at most this many valid query lanes (decode: one row of each
@@ -200,7 +208,7 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
    query axis of transposed tiles is whole vectors. */
 typedef struct FA_FN(tiles) {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
-  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row;
+  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
   size_t total;
 } FA_FN(tiles);
 
@@ -237,6 +245,7 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(acc, (size_t)t.bq * t.ldv); // the O accumulator
     FA_TAKE(qr, (size_t)FA_SMALL_LANES * t.ld);       // small tiles: Q rows
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
+    FA_TAKE(p2, (size_t)(t.bk + 1) / 2 * t.bq); // bf16 path: P in pairs
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
 #undef FA_TAKE
@@ -468,6 +477,27 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
   const int direct = p->dtype == FA_F32 && !p->paged;
   const int small = nr <= FA_SMALL_LANES;
+#if FA_HAVE_DPBF16
+  // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
+  // along d (unscaled: the scale is applied to S in fp32).
+  const int dot_bf16 = p->dtype == FA_BF16 && !small;
+  const int dpairs = (p->a.head_dim + 1) / 2;
+  const int ldk2 = (t->ld + 1) / 2, ldv2 = t->ldv; // pitches in pairs
+  if (dot_bf16) {
+    uint32_t *qt2 = (uint32_t *)(ws + t->qt);
+    uint16_t *row = (uint16_t *)(ws + t->k); // two bf16 rows, zero padded
+    for (int r = 0; r < bq; r++) {
+      memset(row, 0, sizeof(uint16_t) * 2 * (size_t)dpairs);
+      if (r < nr)
+        memcpy(row,
+               (const uint16_t *)args->q.data +
+                   fa_q_offset(p, &args->q, b, row0 + r / pk, h0 + r % pk),
+               sizeof(uint16_t) * (size_t)p->a.head_dim);
+      for (int e = 0; e < dpairs; e++)
+        qt2[(size_t)e * bq + r] = row[2 * e] | (uint32_t)row[2 * e + 1] << 16;
+    }
+  }
+#endif
   if (small) { // row-major scaled q rows for the dot products
     float *qr = ws + t->qr;
     memset(qr, 0, sizeof(float) * FA_SMALL_LANES * (size_t)t->ld);
@@ -478,6 +508,45 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   for (int kb = s0; kb < s1; kb++) {
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+#if FA_HAVE_DPBF16
+    if (dot_bf16) {
+      // K rows as stored (pairs along d, zero padded); V rows paired two
+      // keys at a time; P paired the same way after the softmax.
+      uint32_t *k2 = (uint32_t *)(ws + t->k), *v2 = (uint32_t *)(ws + t->v);
+      for (int c = 0; c < nc; c++) {
+        uint16_t *kr = (uint16_t *)(k2 + (size_t)c * ldk2);
+        kr[2 * dpairs - 1] = 0;
+        memcpy(kr,
+               (const uint16_t *)args->k.data +
+                   fa_k_offset(p, &args->k, b, col0 + c, hk),
+               sizeof(uint16_t) * (size_t)p->a.head_dim);
+      }
+      const uint16_t *vb = (const uint16_t *)args->v.data;
+      for (int e = 0; e < (nc + 1) / 2; e++)
+        FA_FN(pair_rows)(v2 + (size_t)e * ldv2,
+                         vb + fa_k_offset(p, &args->v, b, col0 + 2 * e, hk),
+                         2 * e + 1 < nc ? vb + fa_k_offset(p, &args->v, b,
+                                                           col0 + 2 * e + 1,
+                                                           hk)
+                                        : NULL,
+                         dv);
+      FA_FN(gemm_bf16)(nc, bq, dpairs, k2, ldk2, 1, (uint32_t *)(ws + t->qt),
+                       bq, ws + t->s, bq, 0);
+      const fa_vf sc = vf_set1(p->a.scale);
+      for (size_t x = 0; x < (size_t)nc * bq; x += FA_VW)
+        vf_store(ws + t->s + x, vf_mul(vf_load(ws + t->s + x), sc));
+      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
+      FA_FN(online_softmax)(t, ws, nc);
+      for (int r = 0; r < nr; r++)
+        if (mu[r] != 1.0f)
+          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      uint32_t *p2 = (uint32_t *)(ws + t->p2);
+      FA_FN(pack_p_bf16)(p2, ws + t->s, bq, nc);
+      FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, t->ldv,
+                       1);
+      continue;
+    }
+#endif
     const float *k = ws + t->k, *v = ws + t->v;
     int64_t ldk = t->ld, ldv = t->ldv;
     if (direct) {

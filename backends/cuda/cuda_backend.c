@@ -148,6 +148,7 @@ static void capabilities(void *state, fa_caps *caps) {
   caps->max_block_q = fa_cuda_plan_max_bq;
   caps->max_block_k = fa_cuda_plan_max_bk;
   caps->max_splits = 128;
+  caps->pack_gqa = 1; // both forward kernels take (row, head) lanes
 }
 
 static fa_status set_stream(void *state, void *stream) {
@@ -296,7 +297,7 @@ static fa_status split_scratch(cuda_state *st, fa_cuda_params *q) {
   size_t rows = (size_t)q->num_work * (size_t)q->block_q;
   size_t bytes = rows * 2 * sizeof(float) +
                  rows * (size_t)q->head_dim_v * sizeof(float);
-  void *ws;
+  void *ws = NULL;
   fa_status s = workspace(st, bytes, &ws);
   if (s) return s;
   q->part_ml = ws;
@@ -326,6 +327,8 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
   q.lse = a->lse;
   q.block_q = plan->block_q;
   q.block_k = plan->block_k;
+  q.pack_group = plan->pack_group;
+  q.block_rows = plan->block_rows;
   q.num_q_blocks = plan->num_q_blocks;
   q.num_splits = plan->num_splits;
   q.num_work = plan->num_work;
@@ -388,8 +391,6 @@ static int chunk_aligned(const fa_tensor *t) {
          t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
 }
 
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
 static fa_status fwd_sm80(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   cuda_state *st = state;
@@ -397,9 +398,9 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   const char *name = p->dtype == FA_BF16 ? t->name_bf16 : t->name_f16;
   const char *why = NULL;
   // The plan's blocks must be the row's, or a single block that the row's
-  // larger tile covers (short sequences).
+  // larger tile covers (short sequences, decode).
   int ok_q = plan->block_q == t->block_q ||
-             (plan->num_q_blocks == 1 && p->a.seqlen_q <= t->block_q);
+             (plan->num_q_blocks == 1 && plan->block_q <= t->block_q);
   int ok_k = plan->block_k == t->block_k ||
              (plan->num_k_blocks == 1 && p->a.seqlen_k <= t->block_k);
   if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
@@ -422,12 +423,15 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   q.v = view_of(&a->v);
   q.o = view_of(&a->o);
   q.lse = a->lse;
+  // The kernel's tile has t->block_q lanes; the plan's rows x heads fill
+  // them (all of them unless one block covers the sequence).
   q.block_q = t->block_q;
   q.block_k = t->block_k;
-  q.num_q_blocks = ceil_div(p->a.seqlen_q, t->block_q);
+  q.pack_group = plan->pack_group;
+  q.block_rows = plan->block_rows;
+  q.num_q_blocks = plan->num_q_blocks;
   q.num_splits = plan->num_splits;
-  q.num_work = (int64_t)p->a.batch * p->a.heads_q * q.num_q_blocks *
-               q.num_splits;
+  q.num_work = plan->num_work;
   if ((s = grid_fits(q.num_work, name))) return s;
   if ((s = split_scratch(st, &q))) return s;
   if ((s = launched(fa_cuda_launch_fwd_sm80(t, &q, st->stream), name)))
@@ -458,6 +462,8 @@ static fa_status bwd_generic(void *state, const fa_problem *p,
   q.lse_in = a->lse;
   q.block_q = plan->block_q;
   q.block_k = plan->block_k;
+  q.pack_group = 1; // the core plans backward without GQA packing
+  q.block_rows = plan->block_rows;
   q.num_q_blocks = plan->num_q_blocks;
   q.num_splits = 1;
   int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
@@ -465,7 +471,7 @@ static fa_status bwd_generic(void *state, const fa_problem *p,
   if ((s = grid_fits((rows_q + 3) / 4, "cuda.generic backward")) ||
       (s = grid_fits((rows_k + 3) / 4, "cuda.generic backward")))
     return s;
-  void *ws;
+  void *ws = NULL;
   if ((s = workspace(st, (size_t)rows_q * sizeof(float), &ws))) return s;
   q.delta = ws;
   if ((s = launched(fa_cuda_launch_bwd_delta(&q, st->stream),

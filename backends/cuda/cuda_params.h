@@ -37,7 +37,11 @@ typedef struct fa_cuda_params {
   float *delta;                 // backward: rowsum(dO * O), like lse
 
   // ---- plan ----
-  int block_q, block_k;         // B_r, B_c the kernel uses
+  int block_q, block_k;         // B_r (query lanes of a tile), B_c
+  int pack_group;               // q heads per tile (GQA packing), else 1
+  int block_rows;               // query rows per tile (lanes = rows x heads,
+                                // head fastest; block_rows * pack_group
+                                // <= block_q)
   int num_q_blocks, num_splits; // per (batch, head) at the max lengths
   int64_t num_work;             // batch * heads_q * q blocks * splits
   float *part_ml;               // split-KV partials: [work][block_q][2]

@@ -51,6 +51,7 @@ FA_HD void fa_cu_visible(const fa_cuda_params *p, int i, int sq, int sk,
   int64_t l = p->window_left < 0 ? 0 : diag - p->window_left;
   int64_t h = p->window_right < 0 ? sk : diag + p->window_right + 1;
   if (l < 0) l = 0;
+  if (l > sk) l = sk;
   if (h > sk) h = sk;
   if (h < l) h = l;
   *lo = (int)l;
@@ -106,11 +107,12 @@ FA_HD float fa_cu_transform(const fa_cuda_params *p, float s, int h, int i,
   return s;
 }
 
-/* fa_plan_kv_blocks with block sizes (bq, bk). */
-FA_HD void fa_cu_kv_blocks(const fa_cuda_params *p, int bq, int bk, int sq,
+/* fa_plan_kv_blocks with `rows` query rows per block (the plan's
+   block_rows) and key blocks of bk. */
+FA_HD void fa_cu_kv_blocks(const fa_cuda_params *p, int rows, int bk, int sq,
                            int sk, int qb, int *kb_begin, int *kb_end) {
-  int r0 = qb * bq;
-  int r1 = r0 + bq < sq ? r0 + bq : sq;
+  int r0 = qb * rows;
+  int r1 = r0 + rows < sq ? r0 + rows : sq;
   *kb_begin = *kb_end = 0;
   if (r0 >= r1 || sk <= 0) return;
   int lo, hi_first, lo_last, hi;
@@ -132,18 +134,20 @@ FA_HD void fa_cu_split_range(int begin, int end, int num_splits, int split,
 }
 
 /* fa_plan_work_item: splits innermost; causal-like masks hand out the
-   longest q blocks first. */
+   longest q blocks first; with GQA packing *h is the first head of the
+   item's pack_group heads. */
 FA_HD void fa_cu_work_item(const fa_cuda_params *p, int64_t w, int *b, int *h,
                            int *qb, int *split) {
-  int64_t bh_count = (int64_t)p->batch * p->heads_q;
+  const int units = p->heads_q / p->pack_group;
+  int64_t bh_count = (int64_t)p->batch * units;
   *split = (int)(w % p->num_splits);
   int64_t r = w / p->num_splits;
   int64_t bh = r % bh_count;
   int qi = (int)(r / bh_count);
   int grows = p->window_left < 0 && p->window_right >= 0;
   *qb = grows ? p->num_q_blocks - 1 - qi : qi;
-  *h = (int)(bh % p->heads_q);
-  *b = (int)(bh / p->heads_q);
+  *h = (int)(bh % units) * p->pack_group;
+  *b = (int)(bh / units);
 }
 
 /* Row index of lse / delta: [batch][heads_q][seqlen_q]. */

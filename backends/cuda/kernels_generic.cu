@@ -108,22 +108,23 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t w = blockIdx.x;
-  int b, h, qb, split;
-  fa_cu_work_item(&p, w, &b, &h, &qb, &split);
+  int b, h0, qb, split;
+  fa_cu_work_item(&p, w, &b, &h0, &qb, &split);
   const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
-  const int row0 = qb * p.block_q;
+  const int row0 = qb * p.block_rows, pack = p.pack_group;
   if (row0 >= sq) return;
-  const int nr = min(p.block_q, sq - row0);
-  const int hk = h / p.group, D = p.head_dim, DV = p.head_dim_v;
+  // Lanes of the tile: (row, head), head fastest (GQA packing).
+  const int lanes = min(p.block_rows, sq - row0) * pack;
+  const int hk = h0 / p.group, D = p.head_dim, DV = p.head_dim_v;
   int kb0, kb1, s0, s1;
-  fa_cu_kv_blocks(&p, p.block_q, p.block_k, sq, sk, qb, &kb0, &kb1);
+  fa_cu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
   fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_cu_shift(&p, sq, sk);
   float *qs = smem + warp * D;
   const T *q = cptr<T>(p.q), *k = cptr<T>(p.k), *v = cptr<T>(p.v);
 
-  for (int r = warp; r < nr; r += kWarps) {
-    const int i = row0 + r;
+  for (int r = warp; r < lanes; r += kWarps) {
+    const int i = row0 + r / pack, h = h0 + r % pack;
     load_row(qs, q, fa_cu_q_offset(&p, &p.q, b, i, h), D, lane);
     __syncwarp();
     int lo, hi;
@@ -191,10 +192,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t w0 = (int64_t)blockIdx.x * p.num_splits;
   const int r = blockIdx.y * kWarps + warp;
-  int b, h, qb, split;
-  fa_cu_work_item(&p, w0, &b, &h, &qb, &split);
-  const int sq = fa_cu_len_q(&p, b), row0 = qb * p.block_q;
-  if (row0 >= sq || r >= min(p.block_q, sq - row0)) return;
+  int b, h0, qb, split;
+  fa_cu_work_item(&p, w0, &b, &h0, &qb, &split);
+  const int sq = fa_cu_len_q(&p, b), row0 = qb * p.block_rows;
+  if (row0 >= sq || r >= min(p.block_rows, sq - row0) * p.pack_group) return;
+  const int h = h0 + r % p.pack_group;
   const int DV = p.head_dim_v;
   float m = -INFINITY, l = 0.0f, acc[kCols];
 #pragma unroll
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   float lse, f = fa_cu_finalize(m, l, sink_of(p, h), &lse);
-  store_row<T>(p, b, h, row0 + r, acc, f, lse, lane);
+  store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -494,6 +496,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int c = lane + 32 * u;
     if (c < dim) st(dst + off + c, acc[u]);
   }
+  // lse_out may be one of the parts' lse (in place): every lane has read it.
+  __syncwarp();
   if (lse_out && lane == 0) lse_out[row] = out_lse;
 }
 

@@ -83,7 +83,7 @@ template <> struct ops<__nv_bfloat16> {
   static __device__ __forceinline__ void mma(float (&d)[4],
                                              const uint32_t (&a)[4],
                                              uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -98,7 +98,7 @@ template <> struct ops<__half> {
   static __device__ __forceinline__ void mma(float (&d)[4],
                                              const uint32_t (&a)[4],
                                              uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -130,11 +130,13 @@ template <int D, int PITCH> struct layout {
     return row * PITCH + ((kSwizzle ? (chunk ^ (row & 7)) : chunk) << 3);
   }
   // Byte offset of (row, chunk 2 s + c) from the lane part `base` =
-  // row * PITCH * 2 + ((c ^ (row & 7)) << 4): rows of a swizzled tile are
-  // multiples of 128 bytes and 2 s + c = 2 s ^ c, so the swizzled chunk is
-  // one XOR with the constant 32 s.
+  // row * PITCH * 2 + ((c ^ (row & 7)) << 4). Swizzled rows are multiples
+  // of 128 bytes and 2 s + c = 2 s ^ c, so the chunk's low 3 bits are one
+  // XOR with the constant (32 s) & 127 and its higher bits an addition.
   static __device__ __forceinline__ uint32_t step(uint32_t base, int s) {
-    return kSwizzle ? base ^ (uint32_t)(32 * s) : base + (uint32_t)(32 * s);
+    return kSwizzle ? (base ^ (uint32_t)((32 * s) & 127)) +
+                          (uint32_t)((32 * s) & ~127)
+                    : base + (uint32_t)(32 * s);
   }
   // The lane part of row r (r & 7 = the lane's row in its 8x8 matrix) and
   // chunk bit c.
@@ -201,14 +203,18 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t w = blockIdx.x;
-  int b, h, qb, split;
-  fa_cu_work_item(&p, w, &b, &h, &qb, &split);
+  int b, h0, qb, split;
+  fa_cu_work_item(&p, w, &b, &h0, &qb, &split);
   const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
-  const int row0 = qb * BQ;
+  // Lanes of the tile are (row, head) pairs, head fastest: GQA packing puts
+  // the pack q heads that share kv head hk into one tile. Lane r is query
+  // row0 + r / pack of head h0 + r % pack; lanes past `lanes` are padding.
+  const int pack = p.pack_group, row0 = qb * p.block_rows;
   if (row0 >= sq) return;
-  const int nr = min(BQ, sq - row0), hk = h / p.group;
+  const int nrows = min(p.block_rows, sq - row0), lanes = nrows * pack;
+  const int hk = h0 / p.group;
   int kb0, kb1, s0, s1;
-  fa_cu_kv_blocks(&p, BQ, BK, sq, sk, qb, &kb0, &kb1);
+  fa_cu_kv_blocks(&p, p.block_rows, BK, sq, sk, qb, &kb0, &kb1);
   fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_cu_shift(&p, sq, sk);
 
@@ -222,9 +228,12 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
   for (int it = 0; it < BQ * CH / NT; it++) {
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
-    const int i = row0 + r;
-    const T *src = i < sq ? gq + fa_cu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq;
-    cp_async16(sq_base + L::offset(r, c) * 2, src, i < sq ? 16 : 0);
+    const bool ok = r < lanes;
+    const T *src =
+        ok ? gq + fa_cu_q_offset(&p, &p.q, b, row0 + r / pack, h0 + r % pack) +
+                 c * 8
+           : gq;
+    cp_async16(sq_base + L::offset(r, c) * 2, src, ok ? 16 : 0);
   }
   cp_async_commit();
   // Rows of dense / varlen K and V: base + j * stride_seq (the page table
@@ -271,16 +280,12 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     lrow[mi][0] = lrow[mi][1] = 0.0f;
   }
 
-  #ifdef DBG_NOSPECIAL
-  const bool special = false;
-#else
   const bool special = p.softcap > 0.0f || p.alibi_slopes || !(p.scale > 0.0f);
-#endif
   const float mul = special ? 1.0f : p.scale * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
   int lo_f, hi_f, lo_l, hi_l;       // windows of the block's first/last rows
   fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
-  fa_cu_visible(&p, row0 + nr - 1, sq, sk, &lo_l, &hi_l);
+  fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
 
   cp_async_wait<0>();
   __syncthreads();
@@ -309,9 +314,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 
   for (int kb = s0; kb < s1; kb++) {
     const int stage = (kb - s0) & 1;
-#ifndef DBG_NOLOAD
     if (kb + 1 < s1) load_kv(kb + 1, stage ^ 1);
-#endif
     cp_async_commit();
     const uint32_t tK = sk_base + stage * BK * PITCH * 2,
                    tV = sv_base + stage * BK * PITCH * 2;
@@ -350,18 +353,15 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 
     // ---- score transform and mask (uniform branches) ----
     const int col0 = kb * BK;
-#ifdef DBG_NOMASK
-    const bool need_mask = false;
-#else
     const bool need_mask =
         !(lo_l <= col0 && hi_f >= col0 + BK && lo_f < hi_f);
-#endif
     if (special || need_mask) {
 #pragma unroll
       for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-          const int i = row0 + wrow0 + mi * 16 + g + 8 * hr;
+          const int r = wrow0 + mi * 16 + g + 8 * hr;
+          const int i = row0 + r / pack, h = h0 + r % pack;
           int lo, hi;
           fa_cu_visible(&p, i, sq, sk, &lo, &hi);
 #pragma unroll
@@ -432,7 +432,6 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   }
 
   // ---- epilogue: finalise (sink, 1/l, LSE) or write the split partial ----
-  const float sink = p.sinks ? p.sinks[h] : NAN;
   T *go = (T *)p.o.data;
 #pragma unroll
   for (int mi = 0; mi < MT; mi++)
@@ -441,13 +440,15 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
       float l = lrow[mi][hr];
       l += __shfl_xor_sync(~0u, l, 1);
       l += __shfl_xor_sync(~0u, l, 2);
-      const int r = wrow0 + mi * 16 + g + 8 * hr, i = row0 + r;
-      if (i >= sq) continue;
+      const int r = wrow0 + mi * 16 + g + 8 * hr;
+      if (r >= lanes) continue;
+      const int i = row0 + r / pack, h = h0 + r % pack;
       const float mref = row_ref(mrow[mi][hr], mul);
       const float m_nat = mrow[mi][hr] == -INFINITY ? -INFINITY : mref * kLn2;
       if (p.num_splits == 1) {
         float lse;
-        const float f = fa_cu_finalize(m_nat, l, sink, &lse);
+        const float f =
+            fa_cu_finalize(m_nat, l, p.sinks ? p.sinks[h] : NAN, &lse);
         T *dst = go + fa_cu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
