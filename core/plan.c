@@ -24,9 +24,28 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   int dpad = round_up(a->head_dim, align), dvpad = round_up(a->head_dim_v, align);
   int64_t mem = (int64_t)caps->fast_mem_bytes;
 
-  // B_c: the K and V tiles (fp32 working copies) take half the fast memory,
-  // leaving the rest for Q, S and the O accumulator.
-  int64_t kv_row = (int64_t)(dpad + dvpad) * 4;
+  // GQA packing: the q heads that share a kv head become lanes of one tile,
+  // so each K/V block is loaded once for all of them (decode reads K/V once
+  // instead of `group` times). Lanes are (row, head), head fastest.
+  // Decode-sized problems (every head of a sequence fits max_small_lanes)
+  // put all heads in one tile: the K/V rows of all kv heads, adjacent in
+  // BSHD layouts and paged caches, are then streamed once, in order.
+  // Otherwise a tile holds whole heads of one group and never more lanes
+  // than the kernel's largest tile: the largest divisor of the group that
+  // fits.
+  int pack = 1;
+  if (caps->pack_gqa && caps->max_small_lanes > 0 && a->heads_q > 1 &&
+      (int64_t)a->seqlen_q * a->heads_q <= caps->max_small_lanes &&
+      round_up(a->heads_q, align) <= caps->max_block_q)
+    pack = a->heads_q;
+  else if (caps->pack_gqa)
+    for (int g = p->group; g > 1 && pack == 1; g--)
+      if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q) pack = g;
+  const int kv_tiles = pack > p->group ? pack / p->group : 1;
+
+  // B_c: the K and V tiles (fp32 working copies, one per kv head of the
+  // tile) take half the fast memory, leaving the rest for Q, S and O.
+  int64_t kv_row = (int64_t)(dpad + dvpad) * 4 * kv_tiles;
   int bk = pow2_tile(align, mem / 2 / kv_row);
   if (bk > caps->max_block_k) bk = pow2_tile(align, caps->max_block_k);
   if (bk > round_up(a->seqlen_k, align))
@@ -34,15 +53,6 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   // B_r: Q tile + O accumulator + S row block fill what B_c left.
   int64_t q_row = (int64_t)(dpad + dvpad + bk) * 4;
   int64_t left = mem - (int64_t)bk * kv_row;
-  // GQA packing: the q heads that share a kv head become lanes of one tile,
-  // so each K/V block is loaded once for all of them (decode reads K/V once
-  // instead of `group` times). Lanes are (row, head), head fastest.
-  // A tile holds whole heads of one group and never more lanes than the
-  // kernel's largest tile: pack the largest divisor of the group that fits.
-  int pack = 1;
-  if (caps->pack_gqa)
-    for (int g = p->group; g > 1 && pack == 1; g--)
-      if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q) pack = g;
   int bq = pow2_tile(align, left / q_row);
   if (bq > caps->max_block_q) bq = pow2_tile(align, caps->max_block_q);
   int64_t lanes = (int64_t)a->seqlen_q * pack;
@@ -52,6 +62,7 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   out->block_q = bq;
   out->block_k = bk;
   out->pack_group = pack;
+  out->kv_heads_per_tile = kv_tiles;
   out->block_rows = bq / pack;
   out->head_dim_pad = dpad;
   out->head_dim_v_pad = dvpad;

@@ -20,12 +20,16 @@ typedef struct fa_caps {
   int max_splits;        // largest kv split count (1: no split-KV)
   int pack_gqa;          // 1: the kernel can put the q heads that share a kv
                          // head into one tile (forward only)
+  int max_small_lanes;   // >0: tiles of at most this many query lanes may
+                         // hold every head of a sequence (several kv heads:
+                         // the kernel streams K/V rows for them)
 } fa_caps;
 
 typedef struct fa_plan_data {
   int block_q, block_k;          // B_r (query lanes of a tile), B_c
   int pack_group;                // q heads per tile (GQA packing), else 1
   int block_rows;                // query rows per tile: block_q / pack_group
+  int kv_heads_per_tile;         // kv heads a tile spans (> 1: all heads)
   int head_dim_pad, head_dim_v_pad; // dims rounded up to tile_align
   int num_q_blocks, num_k_blocks;   // per (batch, head) at the max lengths
   int num_splits;                // kv splits per q block (split-KV)

@@ -82,6 +82,7 @@ static void caps_for(void *state, fa_caps *caps, int vector_floats) {
   caps->max_block_k = 64;
   caps->max_splits = 64;
   caps->pack_gqa = 1;
+  caps->max_small_lanes = 64;
 }
 
 static int cpu_supports(const fa_problem *p, char *why, size_t len) {

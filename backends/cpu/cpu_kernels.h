@@ -203,6 +203,8 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
    over d and P.V as row updates, each K/V row read (and widened) once. The
    GEMM would waste most of its vector lanes on them. */
 #define FA_SMALL_LANES 8
+/* Most kv heads one tile may span (the plan's max_small_lanes bounds it). */
+#define FA_MAX_KV_TILES 64
 
 /* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
    query axis of transposed tiles is whole vectors. */
@@ -214,6 +216,7 @@ typedef struct FA_FN(tiles) {
 
 static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   FA_FN(tiles) t;
+  const size_t kvt = (size_t)plan->kv_heads_per_tile; // K/V tiles per head
   t.bq = plan->block_q;
   t.bk = plan->block_k;
   t.ld = plan->head_dim_pad;
@@ -226,8 +229,8 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     at += ((size_t)(n) + 15) / 16 * 16;                                        \
   } while (0)
   FA_TAKE(qt, (size_t)t.ld * t.bq);
-  FA_TAKE(k, (size_t)t.bk * t.ld);
-  FA_TAKE(v, (size_t)t.bk * t.ldv);
+  FA_TAKE(k, kvt * t.bk * t.ld);
+  FA_TAKE(v, kvt * t.bk * t.ldv);
   FA_TAKE(s, (size_t)t.bk * t.bq);
   FA_TAKE(m, t.bq);
   FA_TAKE(l, t.bq);
@@ -243,7 +246,9 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(accv, (size_t)t.bk * t.ldv);
   } else {
     FA_TAKE(acc, (size_t)t.bq * t.ldv); // the O accumulator
-    FA_TAKE(qr, (size_t)FA_SMALL_LANES * t.ld);       // small tiles: Q rows
+    // Small tiles: Q rows, plus 3 zero rows (dot products go 4 lanes at a
+    // time from any lane).
+    FA_TAKE(qr, (size_t)(t.bq + 3) * t.ld);
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
     FA_TAKE(p2, (size_t)(t.bk + 1) / 2 * t.bq); // bf16 path: P in pairs
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
@@ -342,14 +347,14 @@ static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
   }
 }
 
-/* Small tiles: S^T[c][r] = q_r . k_c by dot products over d, four lanes
-   at a time against each key row of k (row pitch ldk). qr holds the scaled
-   q rows (zero rows up to a multiple of 4). */
+/* Small tiles: S^T[c][r] = q_r . k_c for lanes [lane0, lane0+nr), by dot
+   products over d, four lanes at a time against each key row of k (row
+   pitch ldk). qr holds the scaled q rows and 3 zero rows after them. */
 static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
                                float *ws, const float *k, int64_t ldk, int nc,
-                               int nr) {
+                               int lane0, int nr) {
   const int d = p->a.head_dim, ld = t->ld, bq = t->bq;
-  const float *qr = ws + t->qr;
+  const float *qr = ws + t->qr + (size_t)lane0 * ld;
   float *s = ws + t->s;
   const int tail = d % FA_VW, full = d - tail;
   for (int c = 0; c < nc; c++) {
@@ -371,7 +376,7 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
                         a[x]);
       }
       for (int x = 0; x < 4 && r0 + x < nr; x++)
-        s[(size_t)c * bq + r0 + x] = vf_hsum(a[x]);
+        s[(size_t)c * bq + lane0 + r0 + x] = vf_hsum(a[x]);
     }
   }
 }
@@ -379,11 +384,11 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
 /* Small tiles: O[r][:] += P^T[c][r] V[c][:], V rows of pitch ldv. */
 static void FA_FN(pv_rows)(const fa_problem *p, const FA_FN(tiles) * t,
                            float *ws, const float *v, int64_t ldv, int nc,
-                           int nr) {
+                           int lane0, int nr) {
   const int dv = p->a.head_dim_v, bq = t->bq, tail = dv % FA_VW;
   const int full = dv - tail;
-  const float *s = ws + t->s;
-  float *o = ws + t->acc;
+  const float *s = ws + t->s + lane0;
+  float *o = ws + t->acc + (size_t)lane0 * t->ldv;
   for (int c = 0; c < nc; c++) {
     const float *vr = v + c * ldv;
     for (int r = 0; r < nr; r++) {
@@ -476,7 +481,10 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   fa_plan_kv_blocks(p, plan, sq, sk, qb, &kb0, &kb1);
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
   const int direct = p->dtype == FA_F32 && !p->paged;
-  const int small = nr <= FA_SMALL_LANES;
+  // Tiles that span several kv heads (all heads of a decode step) always
+  // stream rows; so do tiles with few lanes.
+  const int kvt = plan->kv_heads_per_tile, lpk = pk / kvt;
+  const int small = nr <= FA_SMALL_LANES || kvt > 1;
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
@@ -500,7 +508,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 #endif
   if (small) { // row-major scaled q rows for the dot products
     float *qr = ws + t->qr;
-    memset(qr, 0, sizeof(float) * FA_SMALL_LANES * (size_t)t->ld);
+    memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
     for (int r = 0; r < nr; r++)
       for (int d = 0; d < p->a.head_dim; d++)
         qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * bq + r];
@@ -508,6 +516,52 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   for (int kb = s0; kb < s1; kb++) {
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    if (small) {
+      // Every kv head of the tile: rows key-major, so that a BSHD layout or
+      // a paged cache (all kv heads of a key side by side) is read in order.
+      const float *kh[FA_MAX_KV_TILES], *vh[FA_MAX_KV_TILES];
+      int64_t ldk = t->ld, ldv = t->ldv;
+      for (int x = 0; x < kvt; x++) {
+        kh[x] = ws + t->k + (size_t)x * t->bk * t->ld;
+        vh[x] = ws + t->v + (size_t)x * t->bk * t->ldv;
+        if (direct) {
+          kh[x] = (const float *)args->k.data +
+                  fa_k_offset(p, &args->k, b, col0, hk + x);
+          vh[x] = (const float *)args->v.data +
+                  fa_k_offset(p, &args->v, b, col0, hk + x);
+        }
+      }
+      if (direct) {
+        ldk = args->k.stride_seq;
+        ldv = args->v.stride_seq;
+      } else {
+        for (int c = 0; c < nc; c++)
+          for (int x = 0; x < kvt; x++) {
+            FA_FN(load_k_rows)((float *)kh[x] + (size_t)c * t->ld, t->ld, p,
+                               &args->k, b, hk + x, col0 + c, 1,
+                               p->a.head_dim);
+            FA_FN(load_k_rows)((float *)vh[x] + (size_t)c * t->ldv, t->ldv, p,
+                               &args->v, b, hk + x, col0 + c, 1, dv);
+          }
+      }
+      // Lane runs: one per (row, kv head); a single run without kv packing.
+      const int runs_per_row = kvt, run_len = kvt > 1 ? lpk : nr;
+      const int nruns = kvt > 1 ? ln.npos * runs_per_row : 1;
+      for (int x = 0; x < nruns; x++)
+        FA_FN(scores_rows)(p, t, ws, kh[x % kvt], ldk, nc,
+                           kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
+                           run_len);
+      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
+      FA_FN(online_softmax)(t, ws, nc);
+      for (int r = 0; r < nr; r++)
+        if (mu[r] != 1.0f)
+          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      for (int x = 0; x < nruns; x++)
+        FA_FN(pv_rows)(p, t, ws, vh[x % kvt], ldv, nc,
+                       kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
+                       run_len);
+      continue;
+    }
 #if FA_HAVE_DPBF16
     if (dot_bf16) {
       // K rows as stored (pairs along d, zero padded); V rows paired two
@@ -560,16 +614,6 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       FA_FN(load_k_rows)(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
                          p->a.head_dim);
       FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
-    }
-    if (small) {
-      FA_FN(scores_rows)(p, t, ws, k, ldk, nc, nr);
-      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
-      FA_FN(online_softmax)(t, ws, nc);
-      for (int r = 0; r < nr; r++)
-        if (mu[r] != 1.0f)
-          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
-      FA_FN(pv_rows)(p, t, ws, v, ldv, nc, nr);
-      continue;
     }
     FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);

@@ -149,6 +149,7 @@ static void capabilities(void *state, fa_caps *caps) {
   caps->max_block_k = fa_cuda_plan_max_bk;
   caps->max_splits = 128;
   caps->pack_gqa = 1; // both forward kernels take (row, head) lanes
+  caps->max_small_lanes = 0; // a tile spans one kv head (kv_heads_per_tile 1)
 }
 
 static fa_status set_stream(void *state, void *stream) {
@@ -343,46 +344,37 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
   return FA_OK;
 }
 
-/* The compiled sm80 instantiations (generated list, FA_CUDA_HEAD_DIMS). */
+/* The compiled sm80 instantiations (generated list, FA_CUDA_HEAD_DIMS):
+   variant 0 is a head dim's main tile, 1 its decode tile. */
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
-#define FA_SM80_INST(t, d)                                                     \
-  int fa_sm80_fwd_##t##_d##d(const fa_cuda_params *p, void *stream);
+#define FA_SM80_INST(t, d, v)                                                  \
+  int fa_sm80_fwd_##t##_d##d##_v##v(const fa_cuda_params *p, void *stream);
 #include "sm80_instances.h"
 #undef FA_SM80_INST
 
 typedef struct sm80_instance {
   fa_dtype dtype;
-  int dim;
+  int dim, variant;
   int (*launch)(const fa_cuda_params *p, void *stream);
 } sm80_instance;
 
 static const sm80_instance sm80_instances[] = {
-#define FA_SM80_INST(t, d) {FA_DTYPE_##t, d, fa_sm80_fwd_##t##_d##d},
+#define FA_SM80_INST(t, d, v) {FA_DTYPE_##t, d, v, fa_sm80_fwd_##t##_d##d##_v##v},
 #include "sm80_instances.h"
 #undef FA_SM80_INST
-    {FA_F32, 0, NULL}};
+    {FA_F32, 0, 0, NULL}};
 
-static const sm80_instance *sm80_find(fa_dtype dtype, int dim) {
+static const sm80_instance *sm80_find(fa_dtype dtype, int dim, int variant) {
   for (const sm80_instance *i = sm80_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i;
+    if (i->dtype == dtype && i->dim == dim && i->variant == variant) return i;
   return NULL;
 }
 
-static const fa_cuda_tile *tile_of(int dim) {
-  for (int i = 0; i < fa_cuda_num_tiles; i++)
-    if (fa_cuda_tiles[i].head_dim == dim) return &fa_cuda_tiles[i];
+static const fa_cuda_tile *tile_of(const fa_cuda_tile *rows, int n, int dim) {
+  for (int i = 0; i < n; i++)
+    if (rows[i].head_dim == dim) return &rows[i];
   return NULL;
-}
-
-int fa_cuda_sm80_compiled(int head_dim, int dtype) {
-  return sm80_find((fa_dtype)dtype, head_dim) != NULL;
-}
-
-int fa_cuda_launch_fwd_sm80(const fa_cuda_tile *t, const fa_cuda_params *p,
-                            void *stream) {
-  const sm80_instance *i = sm80_find((fa_dtype)p->dtype, t->head_dim);
-  return i ? i->launch(p, stream) : (int)cudaErrorInvalidValue;
 }
 
 /* The tensor-core kernel copies 16-byte chunks and stores 4-byte pairs. */
@@ -394,7 +386,19 @@ static int chunk_aligned(const fa_tensor *t) {
 static fa_status fwd_sm80(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   cuda_state *st = state;
-  const fa_cuda_tile *t = tile_of(p->a.head_dim);
+  const int dim = p->a.head_dim;
+  // Decode: when the whole q block fits in 16 lanes, the one-warp decode
+  // tile (if this head dim has one) instead of the main tile.
+  int variant = 0;
+  const fa_cuda_tile *t = tile_of(fa_cuda_tiles, fa_cuda_num_tiles, dim);
+  const fa_cuda_tile *td =
+      tile_of(fa_cuda_decode_tiles, fa_cuda_num_decode_tiles, dim);
+  if (td && plan->num_q_blocks == 1 && plan->block_q <= td->block_q &&
+      sm80_find(p->dtype, dim, 1)) {
+    t = td;
+    variant = 1;
+  }
+  const sm80_instance *inst = sm80_find(p->dtype, dim, variant);
   const char *name = p->dtype == FA_BF16 ? t->name_bf16 : t->name_f16;
   const char *why = NULL;
   // The plan's blocks must be the row's, or a single block that the row's
@@ -434,8 +438,7 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   q.num_work = plan->num_work;
   if ((s = grid_fits(q.num_work, name))) return s;
   if ((s = split_scratch(st, &q))) return s;
-  if ((s = launched(fa_cuda_launch_fwd_sm80(t, &q, st->stream), name)))
-    return s;
+  if ((s = launched(inst->launch(&q, st->stream), name))) return s;
   if (q.num_splits > 1)
     return launched(fa_cuda_launch_combine(&q, st->stream),
                     "the split-KV combine");
@@ -574,7 +577,7 @@ static int supports_sm80(const fa_problem *p, fa_dtype dtype, int dim,
              p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
-  if (!sm80_find(dtype, dim)) {
+  if (!sm80_find(dtype, dim, 0)) {
     snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
     return 0;
   }

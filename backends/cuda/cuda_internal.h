@@ -64,17 +64,14 @@ typedef struct fa_cuda_tile {
 
 extern const fa_cuda_tile fa_cuda_tiles[];
 extern const int fa_cuda_num_tiles;
+/* Decode tiles (16 lanes), used when the plan's q block fits in 16 lanes. */
+extern const fa_cuda_tile fa_cuda_decode_tiles[];
+extern const int fa_cuda_num_decode_tiles;
 
 /* Planner capabilities the tile table is built for (cuda_tiles.c). */
 extern const size_t fa_cuda_plan_mem_bytes;
 extern const int fa_cuda_plan_align, fa_cuda_plan_max_bq, fa_cuda_plan_max_bk;
 
-/* Launch the sm80 forward for tile row t (dtype FA_F16 or FA_BF16). Returns
-   cudaErrorInvalidValue-like nonzero when the row is not compiled in. */
-int fa_cuda_launch_fwd_sm80(const fa_cuda_tile *t, const fa_cuda_params *p,
-                            void *stream);
-/* 1 if the (head_dim, dtype) instantiation exists in this build. */
-int fa_cuda_sm80_compiled(int head_dim, int dtype);
 
 #ifdef __cplusplus
 }

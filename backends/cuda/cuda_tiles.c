@@ -22,8 +22,21 @@ const int fa_cuda_plan_max_bk = 64;
   {d,  bq, bk, w, mt, qr, ((bq) + 4 * (bk)) * (pitch) * 2,                     \
    "cuda.sm80.bf16.d" #d, "cuda.sm80.f16.d" #d},
 
+#define FA_DECODE_TILE(...)
 const fa_cuda_tile fa_cuda_tiles[] = {
 #include "sm80_tiles.def"
 };
 const int fa_cuda_num_tiles =
     (int)(sizeof fa_cuda_tiles / sizeof fa_cuda_tiles[0]);
+#undef FA_TILE
+#undef FA_DECODE_TILE
+
+#define FA_TILE(...)
+#define FA_DECODE_TILE(d, bq, bk, w, mt, qr, pitch)                            \
+  {d,  bq, bk, w, mt, qr, ((bq) + 4 * (bk)) * (pitch) * 2,                     \
+   "cuda.sm80.bf16.d" #d ".decode", "cuda.sm80.f16.d" #d ".decode"},
+const fa_cuda_tile fa_cuda_decode_tiles[] = {
+#include "sm80_tiles.def"
+};
+const int fa_cuda_num_decode_tiles =
+    (int)(sizeof fa_cuda_decode_tiles / sizeof fa_cuda_decode_tiles[0]);

@@ -34,14 +34,19 @@ namespace fa_sm80 {
 
 /* ---- the tile table as template arguments ------------------------------- */
 
-template <int D> struct tile;
-#define FA_TILE(d, bq, bk, w, mt, qr, pitch)                                   \
-  template <> struct tile<d> {                                                 \
+/* Variant 0: the main tile of a head dim; 1: its decode tile (B_r 16). */
+template <int D, int V> struct tile;
+#define FA_TILE_ROW(v, d, bq, bk, w, mt, qr, pitch)                            \
+  template <> struct tile<d, v> {                                              \
     static constexpr int BQ = bq, BK = bk, NW = w, MT = mt, QREG = qr,         \
                          PITCH = pitch;                                        \
   };
+#define FA_TILE(...) FA_TILE_ROW(0, __VA_ARGS__)
+#define FA_DECODE_TILE(...) FA_TILE_ROW(1, __VA_ARGS__)
 #include "sm80_tiles.def"
 #undef FA_TILE
+#undef FA_DECODE_TILE
+#undef FA_TILE_ROW
 
 /* ---- PTX wrappers --------------------------------------------------------- */
 
@@ -182,12 +187,13 @@ __device__ __forceinline__ float row_ref(float m, float mul) {
 
 /* ---- the kernel ------------------------------------------------------------ */
 
-template <typename T, int D>
-__global__ void __launch_bounds__(tile<D>::NW * 32)
+template <typename T, int D, int V, bool SPECIAL>
+__global__ void __launch_bounds__(tile<D, V>::NW * 32)
     fwd_kernel(const __grid_constant__ fa_cuda_params p) {
-  constexpr int BQ = tile<D>::BQ, BK = tile<D>::BK, NW = tile<D>::NW;
-  constexpr int MT = tile<D>::MT, PITCH = tile<D>::PITCH;
-  constexpr bool QREG = tile<D>::QREG != 0;
+  typedef tile<D, V> TL;
+  constexpr int BQ = TL::BQ, BK = TL::BK, NW = TL::NW;
+  constexpr int MT = TL::MT, PITCH = TL::PITCH;
+  constexpr bool QREG = TL::QREG != 0;
   constexpr int NT = NW * 32, CH = D / 8; // threads, 16-byte chunks per row
   constexpr int NS = BK / 8, ND = D / 8;  // n-tiles of S and of O
   static_assert(BQ == 16 * MT * NW, "block_q = 16 * m_tiles * warps");
@@ -195,10 +201,11 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   static_assert(D % 16 == 0 && BK % 16 == 0, "mma granularity");
   typedef layout<D, PITCH> L;
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  T *sQ = reinterpret_cast<T *>(smem_raw);
-  T *sK = sQ + BQ * PITCH;     // [2][BK][PITCH]
-  T *sV = sK + 2 * BK * PITCH; // [2][BK][PITCH]
+  // [Q: BQ][K: 2 stages][V: 2 stages] rows of PITCH elements. 1024-byte
+  // alignment keeps the swizzle bits of every address in the lane part.
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  constexpr uint32_t kOffK = BQ * PITCH * 2, kOffV = (BQ + 2 * BK) * PITCH * 2;
+  constexpr uint32_t kStage = BK * PITCH * 2; // bytes of one K (or V) stage
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
@@ -218,13 +225,11 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_cu_shift(&p, sq, sk);
 
-  const uint32_t sq_base = smem_addr(sQ), sk_base = smem_addr(sK),
-                 sv_base = smem_addr(sV);
+  const uint32_t sbase = smem_addr(smem_raw);
 
   // ---- global -> shared copies (rows past the sequence become zeros, so
   // P = 0 never meets a NaN of V) ----
-  const T *gq = (const T *)p.q.data, *gk = (const T *)p.k.data,
-          *gv = (const T *)p.v.data;
+  const T *gq = (const T *)p.q.data;
 #pragma unroll
   for (int it = 0; it < BQ * CH / NT; it++) {
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
@@ -233,19 +238,22 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
         ok ? gq + fa_cu_q_offset(&p, &p.q, b, row0 + r / pack, h0 + r % pack) +
                  c * 8
            : gq;
-    cp_async16(sq_base + L::offset(r, c) * 2, src, ok ? 16 : 0);
+    cp_async16(sbase + L::offset(r, c) * 2, src, ok ? 16 : 0);
   }
   cp_async_commit();
   // Rows of dense / varlen K and V: base + j * stride_seq (the page table
-  // otherwise). The strides go through opaque() so that the 2 x BK*CH/NT
-  // row addresses are computed where they are used, not kept in registers
-  // across the main loop.
-  const int64_t k_row0 = p.paged ? 0 : fa_cu_k_offset(&p, &p.k, b, 0, hk);
-  const int64_t v_row0 = p.paged ? 0 : fa_cu_k_offset(&p, &p.v, b, 0, hk);
+  // otherwise). Bases and strides are recomputed at each use (opaque()), so
+  // that the 2 x BK*CH/NT row addresses are not kept in registers across
+  // the main loop, where the accumulators need them.
   auto load_kv = [&](int kb, int stage) {
-    const uint32_t dk = sk_base + stage * BK * PITCH * 2,
-                   dv = sv_base + stage * BK * PITCH * 2;
+    const uint32_t dk = sbase + kOffK + stage * kStage,
+                   dv = sbase + kOffV + stage * kStage;
     const int64_t kss = opaque(p.k.ss), vss = opaque(p.v.ss);
+    const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
+    const int64_t k_row0 =
+        p.paged ? 0 : opaque(fa_cu_k_offset(&p, &p.k, b, 0, hk));
+    const int64_t v_row0 =
+        p.paged ? 0 : opaque(fa_cu_k_offset(&p, &p.v, b, 0, hk));
 #pragma unroll
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
@@ -280,12 +288,11 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     lrow[mi][0] = lrow[mi][1] = 0.0f;
   }
 
-  const bool special = p.softcap > 0.0f || p.alibi_slopes || !(p.scale > 0.0f);
+  // SPECIAL: softcap, ALiBi or a negative scale transform every score
+  // (a separate instantiation, so the plain kernel carries none of it).
+  constexpr bool special = SPECIAL;
   const float mul = special ? 1.0f : p.scale * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
-  int lo_f, hi_f, lo_l, hi_l;       // windows of the block's first/last rows
-  fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
-  fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
 
   cp_async_wait<0>();
   __syncthreads();
@@ -297,13 +304,13 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
   // chunk +1 in 2, 3), B of K (keys +8 in 2, 3; chunk +1 in 1, 3), B of V
   // transposed (keys +8 in 1, 3; chunk +1 in 2, 3).
   const uint32_t q_lane =
-      L::lane_base(wrow0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+      sbase + L::lane_base(wrow0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   const uint32_t k_lane =
-      L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
+      sbase + kOffK + L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
   const uint32_t v_lane =
-      L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+      sbase + kOffV + L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   auto q_frag = [&](uint32_t (&a)[4], int mi, int ks) {
-    ldsm_x4(a, sq_base + mi * 16 * PITCH * 2 + L::step(opaque32(q_lane), ks));
+    ldsm_x4(a, L::step(opaque32(q_lane) + mi * 16 * PITCH * 2, ks));
   };
   if (QREG) {
 #pragma unroll
@@ -316,8 +323,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     const int stage = (kb - s0) & 1;
     if (kb + 1 < s1) load_kv(kb + 1, stage ^ 1);
     cp_async_commit();
-    const uint32_t tK = sk_base + stage * BK * PITCH * 2,
-                   tV = sv_base + stage * BK * PITCH * 2;
+    const uint32_t so = stage * kStage;
 
     // ---- S = Q K^T ----
     float s[MT][NS][4];
@@ -342,7 +348,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
       for (int np = 0; np < BK / 16; np++) {
         uint32_t bk4[4];
-        ldsm_x4(bk4, tK + np * 16 * PITCH * 2 + L::step(opaque32(k_lane), ks));
+        ldsm_x4(bk4, L::step(opaque32(k_lane) + so + np * 16 * PITCH * 2, ks));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(s[mi][2 * np], a[mi], bk4[0], bk4[1]);
@@ -351,17 +357,39 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
       }
     }
 
-    // ---- score transform and mask (uniform branches) ----
+    // ---- score transform, then mask: two separate uniform branches, so
+    // the plain masked path carries none of the transform's code ----
     const int col0 = kb * BK;
-    const bool need_mask =
-        !(lo_l <= col0 && hi_f >= col0 + BK && lo_f < hi_f);
-    if (special || need_mask) {
+    if (special) {
 #pragma unroll
       for (int mi = 0; mi < MT; mi++)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
           const int r = wrow0 + mi * 16 + g + 8 * hr;
           const int i = row0 + r / pack, h = h0 + r % pack;
+#pragma unroll
+          for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int j = col0 + n * 8 + 2 * t4 + e;
+              s[mi][n][2 * hr + e] =
+                  fa_cu_transform(&p, p.scale * s[mi][n][2 * hr + e], h, i, j,
+                                  shift) *
+                  kLog2e;
+            }
+        }
+    }
+    // Mask only blocks that cut some row's window: the edges move one key
+    // per row, so the block's first and last rows decide.
+    int lo_f, hi_f, lo_l, hi_l;
+    fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
+    fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
+    if (!(lo_l <= col0 && hi_f >= col0 + BK && lo_f < hi_f)) {
+#pragma unroll
+      for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const int i = row0 + (wrow0 + mi * 16 + g + 8 * hr) / pack;
           int lo, hi;
           fa_cu_visible(&p, i, sq, sk, &lo, &hi);
 #pragma unroll
@@ -369,11 +397,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               const int j = col0 + n * 8 + 2 * t4 + e;
-              float x = s[mi][n][2 * hr + e];
-              if (special)
-                x = fa_cu_transform(&p, p.scale * x, h, i, j, shift) * kLog2e;
-              if (need_mask && (j < lo || j >= hi)) x = -INFINITY;
-              s[mi][n][2 * hr + e] = x;
+              if (j < lo || j >= hi) s[mi][n][2 * hr + e] = -INFINITY;
             }
         }
     }
@@ -418,7 +442,7 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
 #pragma unroll
       for (int np = 0; np < D / 16; np++) {
         uint32_t bv[4];
-        ldsm_x4_t(bv, tV + kk * 16 * PITCH * 2 + L::step(opaque32(v_lane), np));
+        ldsm_x4_t(bv, L::step(opaque32(v_lane) + so + kk * 16 * PITCH * 2, np));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(o[mi][2 * np], a[mi], bv[0], bv[1]);
@@ -470,26 +494,36 @@ __global__ void __launch_bounds__(tile<D>::NW * 32)
     }
 }
 
-template <typename T, int D>
-int launch(const fa_cuda_params *p, void *stream) {
-  constexpr int BQ = tile<D>::BQ, BK = tile<D>::BK, NW = tile<D>::NW;
-  constexpr int smem = (BQ + 4 * BK) * tile<D>::PITCH * 2;
-  if (p->num_work <= 0) return 0;
+template <typename T, int D, int V, bool SPECIAL>
+int launch_one(const fa_cuda_params *p, void *stream) {
+  typedef tile<D, V> TL;
+  constexpr int smem = (TL::BQ + 4 * TL::BK) * TL::PITCH * 2;
   cudaError_t e = cudaFuncSetAttribute(
-      fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      fwd_kernel<T, D, V, SPECIAL>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  fwd_kernel<T, D><<<(unsigned)p->num_work, NW * 32, smem,
-                     (cudaStream_t)stream>>>(*p);
+  fwd_kernel<T, D, V, SPECIAL><<<(unsigned)p->num_work, TL::NW * 32, smem,
+                                 (cudaStream_t)stream>>>(*p);
   return (int)cudaGetLastError();
+}
+
+template <typename T, int D, int V>
+int launch(const fa_cuda_params *p, void *stream) {
+  if (p->num_work <= 0) return 0;
+  const bool special =
+      p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
+  return special ? launch_one<T, D, V, true>(p, stream)
+                 : launch_one<T, D, V, false>(p, stream);
 }
 
 } // namespace fa_sm80
 
-/* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>. */
-#define FA_SM80_FWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm80_fwd_##tname##_d##D(const fa_cuda_params *p,          \
-                                            void *stream) {                   \
-    return fa_sm80::launch<T, D>(p, stream);                                   \
+/* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>_v<V>
+   (V 0: the main tile; 1: the decode tile). */
+#define FA_SM80_FWD_INSTANCE(T, tname, D, V)                                   \
+  extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_cuda_params *p,  \
+                                                   void *stream) {            \
+    return fa_sm80::launch<T, D, V>(p, stream);                                \
   }
 
 #endif
