@@ -211,6 +211,7 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
 typedef struct FA_FN(tiles) {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
   size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
+  size_t kt, vt;
   size_t total;
 } FA_FN(tiles);
 
@@ -244,6 +245,8 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(dp, (size_t)t.bk * t.bq);
     FA_TAKE(acc, rows * t.ld);
     FA_TAKE(accv, (size_t)t.bk * t.ldv);
+    FA_TAKE(kt, (size_t)t.ld * t.bk); // pass 2: scale * K^T, V^T
+    FA_TAKE(vt, (size_t)t.ldv * t.bk);
   } else {
     FA_TAKE(acc, (size_t)t.bq * t.ldv); // the O accumulator
     // Small tiles: Q rows, plus 3 zero rows (dot products go 4 lanes at a
@@ -251,6 +254,7 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(qr, (size_t)(t.bq + 3) * t.ld);
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
     FA_TAKE(p2, (size_t)(t.bk + 1) / 2 * t.bq); // bf16 path: P in pairs
+    t.kt = t.vt = 0;
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
 #undef FA_TAKE
@@ -283,48 +287,42 @@ static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
   }
 }
 
-static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
-                               float *ws, const FA_FN(lanes) * ln, int sq,
-                               int sk, int col0, int nc, float *grad);
+/* Where score (key c, lane r) of a tile lives: s[c * cs + r * rs]. The
+   forward and backward pass 3 keep S^T ([key][lane]: cs = lanes, rs = 1);
+   backward pass 2 keeps S ([lane][key]). grad_lanes: lanes whose chain-rule
+   factor is written (all of them, padded lanes included, in S^T). */
+typedef struct FA_FN(slayout) {
+  int64_t cs, rs;
+  int grad_lanes;
+} FA_FN(slayout);
 
-/* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then
-   softcap / ALiBi / mask. With grad, also d(score)/d(q.k) per element
-   (backward's chain rule). Masked entries are -INFINITY; lanes past the
-   valid ones are left as computed (finite). */
-static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
-                          float *ws, const float *k, int64_t ldk,
-                          const FA_FN(lanes) * ln, int sq, int sk, int col0,
-                          int nc, float *grad) {
-  FA_FN(gemm)(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq,
-              ws + t->s, t->bq, 0);
-  FA_FN(scores_post)(p, t, ws, ln, sq, sk, col0, nc, grad);
-}
-
-/* The score pipeline after the dot products, on S^T in ws + t->s. */
-static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
-                               float *ws, const FA_FN(lanes) * ln, int sq,
-                               int sk, int col0, int nc, float *grad) {
-  float *s = ws + t->s;
-  const int bq = t->bq, pk = ln->pk, nr = ln->npos * pk;
+/* The score pipeline after the dot products: softcap, ALiBi, mask (and
+   with grad, d(score)/d(q.k): the scale, times 1 - tanh^2 under softcap). */
+static void FA_FN(scores_post)(const fa_problem *p, float *s,
+                               const FA_FN(slayout) * sl,
+                               const FA_FN(lanes) * ln, int sq, int sk,
+                               int col0, int nc, float *grad) {
+  const int pk = ln->pk, nr = ln->npos * pk;
+  const int64_t cs = sl->cs, rs = sl->rs;
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
   const int shift = fa_diag_shift(p, sq, sk);
   for (int c = 0; c < nc; c++) {
-    float *sc = s + (size_t)c * bq;
+    float *sc = s + c * cs;
     if (grad) {
-      float *gc = grad + (size_t)c * bq;
-      for (int r = 0; r < bq; r++) {
+      float *gc = grad + c * cs;
+      for (int r = 0; r < sl->grad_lanes; r++) {
         float g = p->a.scale;
         if (p->a.softcap > 0.0f) {
-          float th = tanhf(sc[r] / p->a.softcap);
+          float th = tanhf(sc[r * rs] / p->a.softcap);
           g *= 1.0f - th * th;
         }
-        gc[r] = g;
+        gc[r * rs] = g;
       }
     }
     if (special)
       for (int r = 0; r < nr; r++)
-        sc[r] = fa_score_transform(p, sc[r], ln->h0 + r % pk,
-                                   ln->row0 + r / pk, col0 + c, shift);
+        sc[r * rs] = fa_score_transform(p, sc[r * rs], ln->h0 + r % pk,
+                                        ln->row0 + r / pk, col0 + c, shift);
   }
   // Mask only blocks that cut through some row's window: the edges move
   // one key per row, so checking the first and last rows is enough.
@@ -340,11 +338,24 @@ static void FA_FN(scores_post)(const fa_problem *p, const FA_FN(tiles) * t,
       int j = col0 + c;
       if (j >= lo && j < hi) continue;
       for (int r = i * pk; r < (i + 1) * pk; r++) {
-        s[(size_t)c * bq + r] = -INFINITY;
-        if (grad) grad[(size_t)c * bq + r] = 0.0f;
+        s[c * cs + r * rs] = -INFINITY;
+        if (grad) grad[c * cs + r * rs] = 0.0f;
       }
     }
   }
+}
+
+/* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then the
+   score pipeline. Masked entries are -INFINITY; lanes past the valid ones
+   are left as computed (finite). */
+static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
+                          float *ws, const float *k, int64_t ldk,
+                          const FA_FN(lanes) * ln, int sq, int sk, int col0,
+                          int nc, float *grad) {
+  FA_FN(gemm)(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq,
+              ws + t->s, t->bq, 0);
+  const FA_FN(slayout) sl = {t->bq, 1, t->bq};
+  FA_FN(scores_post)(p, ws + t->s, &sl, ln, sq, sk, col0, nc, grad);
 }
 
 /* Small tiles: S^T[c][r] = q_r . k_c for lanes [lane0, lane0+nr), by dot
@@ -466,6 +477,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       h0, pk, row0, sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows};
   const int nr = ln.npos * pk;
   const int hk = h0 / p->group, dv = p->a.head_dim_v, bq = t->bq;
+  const FA_FN(slayout) sl_t = {bq, 1, bq};
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
 
   // The K tile doubles as the row buffer of the transposing load.
@@ -551,7 +563,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         FA_FN(scores_rows)(p, t, ws, kh[x % kvt], ldk, nc,
                            kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
                            run_len);
-      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
+      FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
       FA_FN(online_softmax)(t, ws, nc);
       for (int r = 0; r < nr; r++)
         if (mu[r] != 1.0f)
@@ -589,7 +601,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       const fa_vf sc = vf_set1(p->a.scale);
       for (size_t x = 0; x < (size_t)nc * bq; x += FA_VW)
         vf_store(ws + t->s + x, vf_mul(vf_load(ws + t->s + x), sc));
-      FA_FN(scores_post)(p, t, ws, &ln, sq, sk, col0, nc, NULL);
+      FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
       FA_FN(online_softmax)(t, ws, nc);
       for (int r = 0; r < nr; r++)
         if (mu[r] != 1.0f)
@@ -819,30 +831,66 @@ static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
     }
 }
 
+/* dK, dV of one kv block. Here the score tile is kept the other way round,
+   S[lane][key], so that the block's K^T and V^T are packed once and every
+   q block of every head of the group reuses them, with Q and dO as stored:
+     S = Q.(scale K^T),  dP = dO.V^T,  P = exp(S - lse),
+     dS = P * (dP - D) * dscore,  dV += P^T.dO,  dK += dS^T.Q. */
 static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
                                   int hk, int kb) {
   const fa_problem *p = c->p;
   const FA_FN(tiles) *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-  const int bq = t->bq;
-  memset(ws + t->acc, 0, sizeof(float) * (size_t)t->bk * t->ld);
-  memset(ws + t->accv, 0, sizeof(float) * (size_t)t->bk * t->ldv);
+  const int bq = t->bq, bk = t->bk, dim = p->a.head_dim, dv = p->a.head_dim_v;
+  memset(ws + t->acc, 0, sizeof(float) * (size_t)bk * t->ld);
+  memset(ws + t->accv, 0, sizeof(float) * (size_t)bk * t->ldv);
   FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
-  const int nqb = (sq + bq - 1) / bq;
+  float *kt = ws + t->kt, *vt = ws + t->vt;
+  for (int j = 0; j < nc; j++) {
+    const float *kr = ws + t->k + (size_t)j * t->ld,
+                *vr = ws + t->v + (size_t)j * t->ldv;
+    for (int d = 0; d < dim; d++) kt[(size_t)d * bk + j] = kr[d] * p->a.scale;
+    for (int d = 0; d < dv; d++) vt[(size_t)d * bk + j] = vr[d];
+  }
+  float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
+  float *q = ws + t->q, *d_o = ws + t->d_o;
+  const FA_FN(slayout) sl = {1, bk, 0};
+  const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
     for (int qb = 0; qb < nqb; qb++) {
       int kb0, kb1;
       fa_plan_kv_blocks(p, c->plan, sq, sk, qb, &kb0, &kb1);
       if (kb < kb0 || kb >= kb1) continue;
       const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
-      FA_FN(load_q_side)(c, ws, b, h, row0, nr);
-      FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
-      // dV[c][:] += sum_r P^T[c][r] dO[r][:];  dK[c][:] += dS^T[c][r] Q[r][:]
-      FA_FN(gemm)(nc, p->a.head_dim_v, nr, ws + t->s, bq, 1, ws + t->d_o,
-                  t->ldv, ws + t->accv, t->ldv, 1);
-      FA_FN(gemm)(nc, p->a.head_dim, nr, ws + t->dp, bq, 1, ws + t->q, t->ld,
-                  ws + t->acc, t->ld, 1);
+      FA_FN(load_q_rows)(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
+      FA_FN(load_q_rows)(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
+      FA_FN(gemm)(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
+      const FA_FN(lanes) ln = {h, 1, row0, nr};
+      FA_FN(slayout) sl_r = sl;
+      sl_r.grad_lanes = nr;
+      FA_FN(scores_post)(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
+      FA_FN(gemm)(nr, nc, dv, d_o, t->ldv, 1, vt, bk, dp, bk, 0);
+      for (int r = 0; r < nr; r++) {
+        const int64_t at = FA_FN(row_index)(p, b, h, row0 + r);
+        const float lse = c->args->lse[at];
+        // A row that sees no key has lse = -inf and only masked scores:
+        // exp(-inf - 0) = 0 keeps it out of every sum.
+        const fa_vf vl = vf_set1(lse == -INFINITY ? 0.0f : lse);
+        const fa_vf vd = vf_set1(c->delta[at]);
+        float *sr = s + (size_t)r * bk, *gr = g + (size_t)r * bk,
+              *dpr = dp + (size_t)r * bk;
+        for (int j = 0; j < nc; j += FA_VW) {
+          const int n = j < full ? FA_VW : tail;
+          fa_vf pr = vf_exp(vf_sub(vf_load_part(sr + j, n), vl));
+          fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load_part(dpr + j, n), vd)),
+                            vf_load_part(gr + j, n));
+          vf_store_part(sr + j, pr, n);
+          vf_store_part(dpr + j, ds, n);
+        }
+      }
+      FA_FN(gemm)(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv, 1);
+      FA_FN(gemm)(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
     }
 }
 

@@ -143,7 +143,11 @@ static void ctx_destroy(void *state) {
 static void capabilities(void *state, fa_caps *caps) {
   const cuda_state *st = state;
   caps->fast_mem_bytes = fa_cuda_plan_mem_bytes;
-  caps->num_workers = st ? st->sm_count : probed_sms;
+  // Work items that keep the GPU busy: 2 resident CTAs per SM (the main
+  // tiles), and the planner's "two items per worker" then asks for 4 per
+  // SM before it splits the keys, so split-KV (decode) runs several waves
+  // of CTAs and the last, partial wave costs little.
+  caps->num_workers = 2 * (st ? st->sm_count : probed_sms);
   caps->tile_align = fa_cuda_plan_align;
   caps->max_block_q = fa_cuda_plan_max_bq;
   caps->max_block_k = fa_cuda_plan_max_bk;
@@ -387,8 +391,8 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   cuda_state *st = state;
   const int dim = p->a.head_dim;
-  // Decode: when the whole q block fits in 16 lanes, the one-warp decode
-  // tile (if this head dim has one) instead of the main tile.
+  // Decode: when the whole q block fits the decode tile's lanes, that tile
+  // (if this head dim has one) instead of the main tile.
   int variant = 0;
   const fa_cuda_tile *t = tile_of(fa_cuda_tiles, fa_cuda_num_tiles, dim);
   const fa_cuda_tile *td =

@@ -293,6 +293,17 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   constexpr bool special = SPECIAL;
   const float mul = special ? 1.0f : p.scale * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
+  // Blocks that need no mask: every row sees all their keys. The window
+  // edges move one key per row, so the block's first and last rows decide:
+  // col0 in [full_lo, full_hi] (empty when the first row sees nothing).
+  int full_lo, full_hi;
+  {
+    int lo_f, hi_f, lo_l, hi_l;
+    fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
+    fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
+    full_lo = lo_l;
+    full_hi = lo_f < hi_f ? hi_f - BK : -1;
+  }
 
   cp_async_wait<0>();
   __syncthreads();
@@ -333,7 +344,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       for (int n = 0; n < NS; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) s[mi][n][e] = 0.0f;
-#pragma unroll
+    // Q in smem: a rolled k loop keeps one k-step of fragments live.
+    constexpr int KU = QREG ? D / 16 : 1;
+#pragma unroll KU
     for (int ks = 0; ks < D / 16; ks++) {
       uint32_t a[MT][4];
 #pragma unroll
@@ -379,12 +392,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
             }
         }
     }
-    // Mask only blocks that cut some row's window: the edges move one key
-    // per row, so the block's first and last rows decide.
-    int lo_f, hi_f, lo_l, hi_l;
-    fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
-    fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
-    if (!(lo_l <= col0 && hi_f >= col0 + BK && lo_f < hi_f)) {
+    if (col0 < full_lo || col0 > full_hi) {
 #pragma unroll
       for (int mi = 0; mi < MT; mi++)
 #pragma unroll
