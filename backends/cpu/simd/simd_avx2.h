@@ -43,25 +43,12 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) {
 }
 
 #include "dtype.h"
-/* n elements of a storage type, widened to fp32 8 at a time (F16C for
-   f16, a 16-bit shift for bf16). */
-static inline void vf_widen_row(float *dst, const void *src, fa_dtype t,
-                                int64_t idx, int n) {
-  if (t == FA_F32) {
-    memcpy(dst, (const float *)src + idx, sizeof(float) * (size_t)n);
-    return;
-  }
-  const uint16_t *s = (const uint16_t *)src + idx;
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128((const __m128i *)(s + i));
-    __m256 f = t == FA_F16 ? _mm256_cvtph_ps(h)
-                           : _mm256_castsi256_ps(_mm256_slli_epi32(
-                                 _mm256_cvtepu16_epi32(h), 16));
-    _mm256_storeu_ps(dst + i, f);
-  }
-  for (; i < n; i++)
-    dst[i] = t == FA_F16 ? fa_f16_to_f32(s[i]) : fa_bf16_to_f32(s[i]);
+/* FA_VW 16-bit values (f16 if f16, else bf16) widened to fp32: F16C for
+   f16, a 16-bit shift for bf16. */
+static inline fa_vf vf_widen(const uint16_t *p, int f16) {
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  return f16 ? _mm256_cvtph_ps(h)
+             : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 static inline float vf_hsum(fa_vf v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -69,4 +56,6 @@ static inline float vf_hsum(fa_vf v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+
+#include "simd_common.h"
 #endif

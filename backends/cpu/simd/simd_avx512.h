@@ -36,24 +36,13 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) {
 }
 
 #include "dtype.h"
-/* n elements of a storage type, widened to fp32 16 at a time. */
-static inline void vf_widen_row(float *dst, const void *src, fa_dtype t,
-                                int64_t idx, int n) {
-  if (t == FA_F32) {
-    memcpy(dst, (const float *)src + idx, sizeof(float) * (size_t)n);
-    return;
-  }
-  const uint16_t *s = (const uint16_t *)src + idx;
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)(s + i));
-    __m512 f = t == FA_F16 ? _mm512_cvtph_ps(h)
-                           : _mm512_castsi512_ps(_mm512_slli_epi32(
-                                 _mm512_cvtepu16_epi32(h), 16));
-    _mm512_storeu_ps(dst + i, f);
-  }
-  for (; i < n; i++)
-    dst[i] = t == FA_F16 ? fa_f16_to_f32(s[i]) : fa_bf16_to_f32(s[i]);
+/* FA_VW 16-bit values (f16 if f16, else bf16) widened to fp32. */
+static inline fa_vf vf_widen(const uint16_t *p, int f16) {
+  __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  return f16 ? _mm512_cvtph_ps(h)
+             : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 static inline float vf_hsum(fa_vf v) { return _mm512_reduce_add_ps(v); }
+
+#include "simd_common.h"
 #endif

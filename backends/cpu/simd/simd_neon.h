@@ -40,23 +40,13 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) {
 }
 
 #include "dtype.h"
-/* n elements of a storage type, widened to fp32 4 at a time. */
-static inline void vf_widen_row(float *dst, const void *src, fa_dtype t,
-                                int64_t idx, int n) {
-  if (t == FA_F32) {
-    memcpy(dst, (const float *)src + idx, sizeof(float) * (size_t)n);
-    return;
-  }
-  const uint16_t *s = (const uint16_t *)src + idx;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    uint16x4_t h = vld1_u16(s + i);
-    float32x4_t f = t == FA_F16 ? vcvt_f32_f16(vreinterpret_f16_u16(h))
-                                : vreinterpretq_f32_u32(vshll_n_u16(h, 16));
-    vst1q_f32(dst + i, f);
-  }
-  for (; i < n; i++)
-    dst[i] = t == FA_F16 ? fa_f16_to_f32(s[i]) : fa_bf16_to_f32(s[i]);
+/* FA_VW 16-bit values (f16 if f16, else bf16) widened to fp32. */
+static inline fa_vf vf_widen(const uint16_t *p, int f16) {
+  uint16x4_t h = vld1_u16(p);
+  return f16 ? vcvt_f32_f16(vreinterpret_f16_u16(h))
+             : vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 static inline float vf_hsum(fa_vf v) { return vaddvq_f32(v); }
+
+#include "simd_common.h"
 #endif

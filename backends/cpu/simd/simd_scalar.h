@@ -5,6 +5,7 @@
 #ifndef FA_SIMD_H
 #define FA_SIMD_H
 #include <math.h>
+#include <stdint.h>
 
 #define FA_ISA_NAME "scalar"
 #define FA_VW 1 // floats per vector
@@ -29,9 +30,11 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : 
 
 /* n elements of a storage type, widened to fp32. */
 #include "dtype.h"
-static inline void vf_widen_row(float *dst, const void *src, fa_dtype t,
-                                int64_t idx, int n) {
-  fa_load_row(dst, src, t, idx, n);
+/* FA_VW 16-bit values (f16 if f16, else bf16) widened to fp32. */
+static inline fa_vf vf_widen(const uint16_t *p, int f16) {
+  return f16 ? fa_f16_to_f32(*p) : fa_bf16_to_f32(*p);
 }
 static inline float vf_hsum(fa_vf v) { return v; }
+
+#include "simd_common.h"
 #endif
