@@ -97,7 +97,7 @@ static fa_status plan_build(fa_context *ctx, const fa_attention *a,
   p->ctx = ctx;
   s = fa_dispatch(ctx, &p->prob, need_backward, &p->slot, &p->kernel);
   if (s) return s;
-  fa_caps caps;
+  fa_caps caps = {0};
   plan_backend(p)->capabilities(ctx->state[p->slot], &caps);
   if (need_backward) caps.pack_gqa = 0; // backward tiles are one head each
   fa_plan_compute(&p->prob, &caps, &p->data);
@@ -243,7 +243,7 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
         text_add(&t, "%s %s: supports it, but a better kernel is taken\n",
                  b->name, b->kernels[k].name);
       } else {
-        fa_caps caps;
+        fa_caps caps = {0};
         fa_plan_data d;
         char tiles[256];
         b->capabilities(NULL, &caps);

@@ -350,5 +350,17 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
   view out[3] = {q_view(p, "dq", dq, dh), k_view(p, "dk", dk, dh),
                  k_view(p, "dv", dv, dvd)};
   int in_varlen[5] = {vq, vk, vk, vq, vq}, out_varlen[3] = {vq, vk, vk};
-  return check_views(p, in, 5, in_varlen, out, 3, out_varlen);
+  fa_status s = check_views(p, in, 5, in_varlen, out, 3, out_varlen);
+  if (s) return s;
+  // lse is an input too: no gradient may overlap it.
+  uintptr_t l0 = (uintptr_t)lse,
+            l1 = l0 + (uintptr_t)a->batch * (uintptr_t)a->heads_q *
+                     (uintptr_t)a->seqlen_q * 4u;
+  for (int i = 0; i < 3; i++) {
+    uintptr_t b0, b1;
+    byte_range(p, &out[i], &b0, &b1);
+    if (l0 < b1 && b0 < l1)
+      return fa_fail(INVALID, "%s overlaps lse in memory", out[i].name);
+  }
+  return FA_OK;
 }

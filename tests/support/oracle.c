@@ -98,7 +98,8 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
                       const fa_tensor *k, const fa_tensor *v,
                       const fa_tensor *d_o, dims *d) {
   const char *why = NULL;
-  if (!a) why = "problem is NULL";
+  if (!a)
+    why = "problem is NULL";
   else if (a->batch < 1 || a->seqlen_q < 1 || a->seqlen_k < 1)
     why = "batch/seqlen_q/seqlen_k must be >= 1";
   else if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
@@ -131,8 +132,9 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
   for (int b = 0; b < d->B; b++) {
     int sq = fa_oracle_len_q(a, b), sk = fa_oracle_len_k(a, b);
     if (sq < 0 || sq > d->SQ || sk < 0 || sk > d->SK) {
-      fprintf(stderr, "oracle: sequence %d has lengths q=%d k=%d outside the "
-                      "maxima seqlen_q=%d seqlen_k=%d\n",
+      fprintf(stderr,
+              "oracle: sequence %d has lengths q=%d k=%d outside the "
+              "maxima seqlen_q=%d seqlen_k=%d\n",
               b, sq, sk, d->SQ, d->SK);
       return -1;
     }
@@ -141,8 +143,8 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
 }
 
 /* Load key rows 0..sk-1 of kv head h of sequence b into dense [sk][n]. */
-static void load_keys_d(const fa_attention *a, const fa_tensor *t, int b,
-                        int h, int sk, int n, double *dst) {
+static void load_keys_d(const fa_attention *a, const fa_tensor *t, int b, int h,
+                        int sk, int n, double *dst) {
   for (int j = 0; j < sk; j++) {
     int64_t off = fa_oracle_k_index(a, t, b, j, h);
     for (int c = 0; c < n; c++)
@@ -150,8 +152,8 @@ static void load_keys_d(const fa_attention *a, const fa_tensor *t, int b,
   }
 }
 
-static void load_keys_f(const fa_attention *a, const fa_tensor *t, int b,
-                        int h, int sk, int n, float *dst) {
+static void load_keys_f(const fa_attention *a, const fa_tensor *t, int b, int h,
+                        int sk, int n, float *dst) {
   for (int j = 0; j < sk; j++)
     fa_load_row(dst + (size_t)j * n, t->data, t->dtype,
                 fa_oracle_k_index(a, t, b, j, h), n);
@@ -271,9 +273,11 @@ done:
   return rc;
 }
 
-int fa_oracle_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
-                       fa_tensor v, fa_tensor d_o, double *dq, double *dk,
-                       double *dv) {
+/* The backward, or with mag != 0 the same sums with every term replaced by
+   its magnitude (see fa_oracle_backward_magnitude). */
+static int backward_impl(const fa_attention *a, fa_tensor q, fa_tensor k,
+                         fa_tensor v, fa_tensor d_o, double *dq, double *dk,
+                         double *dv, int mag) {
   dims d;
   if (check_args(a, &q, &k, &v, &d_o, &d)) return -1;
   if (dq) memset(dq, 0, sizeof(double) * d.B * d.SQ * d.HQ * d.D);
@@ -338,30 +342,40 @@ int fa_oracle_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
           for (int j = 0; j < sk; j++) {
             if (!vis[j]) continue;
             double p = exp(s[j] - lse);
-            double ds = p * (dp[j] - D);
+            double ds = mag ? p * (fabs(dp[j]) + fabs(D)) : p * (dp[j] - D);
             if (a->softcap > 0.0f) {
               double th = tanh(raw[j] / (double)a->softcap);
               ds *= 1.0 - th * th;
             }
-            ds *= d.scale; // d(raw)/d(q.k)
+            ds *= mag ? fabs(d.scale) : d.scale; // d(raw)/d(q.k)
             const double *kr = K + (size_t)j * d.D;
             double *dkr = dK + (size_t)j * d.D;
             double *dvr = dV + (size_t)j * d.DV;
+            if (mag) {
+              for (int c = 0; c < d.D; c++) {
+                dqrow[c] += ds * fabs(kr[c]);
+                dkr[c] += ds * fabs(qrow[c]);
+              }
+              for (int c = 0; c < d.DV; c++) dvr[c] += p * fabs(dorow[c]);
+              continue;
+            }
             for (int c = 0; c < d.D; c++) {
               dqrow[c] += ds * kr[c];
               dkr[c] += ds * qrow[c];
             }
             for (int c = 0; c < d.DV; c++) dvr[c] += p * dorow[c];
           }
-          if (dq) memcpy(dq + o_index(&d, b, i, h, d.D), dqrow,
-                         sizeof(double) * d.D);
+          if (dq)
+            memcpy(dq + o_index(&d, b, i, h, d.D), dqrow, sizeof(double) * d.D);
         }
       }
       for (int j = 0; j < sk; j++) {
-        if (dk) memcpy(dk + k_index(&d, b, j, kh, d.D), dK + (size_t)j * d.D,
-                       sizeof(double) * d.D);
-        if (dv) memcpy(dv + k_index(&d, b, j, kh, d.DV),
-                       dV + (size_t)j * d.DV, sizeof(double) * d.DV);
+        if (dk)
+          memcpy(dk + k_index(&d, b, j, kh, d.D), dK + (size_t)j * d.D,
+                 sizeof(double) * d.D);
+        if (dv)
+          memcpy(dv + k_index(&d, b, j, kh, d.DV), dV + (size_t)j * d.DV,
+                 sizeof(double) * d.DV);
       }
     }
   }
@@ -378,6 +392,18 @@ done:
   free(dorow);
   free(dqrow);
   return rc;
+}
+
+int fa_oracle_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
+                       fa_tensor v, fa_tensor d_o, double *dq, double *dk,
+                       double *dv) {
+  return backward_impl(a, q, k, v, d_o, dq, dk, dv, 0);
+}
+
+int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
+                                 fa_tensor k, fa_tensor v, fa_tensor d_o,
+                                 double *dq, double *dk, double *dv) {
+  return backward_impl(a, q, k, v, d_o, dq, dk, dv, 1);
 }
 
 /* ---- naive same-precision attention ------------------------------------- */
@@ -548,8 +574,8 @@ int fa_naive_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
         for (int i = 0; i < sq; i++) {
           fa_load_row(f.qrow, q.data, t, fa_oracle_q_index(a, &q, b, i, h),
                       d.D);
-          fa_load_row(f.dorow, d_o.data, t,
-                      fa_oracle_q_index(a, &d_o, b, i, h), d.DV);
+          fa_load_row(f.dorow, d_o.data, t, fa_oracle_q_index(a, &d_o, b, i, h),
+                      d.DV);
           float lse;
           int n = row_probs_f(a, &d, b, h, i, sk, f.qrow, f.K, f.raw, f.p,
                               f.vis, &lse);

@@ -48,6 +48,20 @@ int fa_oracle_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
                        fa_tensor v, fa_tensor d_o, double *dq, double *dk,
                        double *dv);
 
+/* The natural scale of each gradient element: the sums of the backward
+   with every term replaced by its magnitude, taken before D = rowsum(dO*O)
+   cancels against dP:
+     dq_i = |scale| sum_j P_ij (|dP_ij| + |D_i|) |softcap'| |k_j|,
+     dk_j = |scale| sum_i P_ij (|dP_ij| + |D_i|) |softcap'| |q_i|,
+     dv_j = sum_i P_ij |dO_i|   (GQA groups summed, layouts as above).
+   A correct floating-point evaluation of the gradient errs by about
+   n * u relative to this, whatever the cancellation; it is never 0 where
+   a gradient term exists (unlike the gradient itself, which is exactly 0
+   when every row sees one key). Tests normalise gradient errors by it. */
+int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
+                                 fa_tensor k, fa_tensor v, fa_tensor d_o,
+                                 double *dq, double *dk, double *dv);
+
 /* Naive same-precision attention: what a plain (non-tiled) attention in the
    inputs' storage dtype computes, the yardstick of FlashAttention's test
    rule "error(library) <= 2 x error(naive same precision) + floor".

@@ -33,17 +33,21 @@ double ts_round(fa_dtype t, double x) {
 }
 
 double ts_unit_roundoff(fa_dtype t) {
-  return t == FA_F32 ? ldexp(1.0, -24) : t == FA_F16 ? ldexp(1.0, -11)
-                                                     : ldexp(1.0, -8);
+  return t == FA_F32   ? ldexp(1.0, -24)
+         : t == FA_F16 ? ldexp(1.0, -11)
+                       : ldexp(1.0, -8);
 }
 
 /* ---- layouts ------------------------------------------------------------- */
 
 const char *ts_layout_name(int layout) {
   switch (layout) {
-  case TS_BSHD: return "bshd";
-  case TS_BHSD: return "bhsd";
-  case TS_SBHD: return "sbhd";
+  case TS_BSHD:
+    return "bshd";
+  case TS_BHSD:
+    return "bhsd";
+  case TS_SBHD:
+    return "sbhd";
   }
   return "?";
 }
@@ -75,7 +79,8 @@ size_t ts_make_strides(int layout, int nb, int ns, int nh, int nd, int pad,
   return (size_t)((nb - 1) * sb + (ns - 1) * ss + (nh - 1) * sh + nd);
 }
 
-/* ---- guarded buffers ------------------------------------------------------ */
+/* ---- guarded buffers ------------------------------------------------------
+ */
 
 /* Position-dependent sentinel: a shifted or partial copy cannot match it. */
 static unsigned char sentinel(size_t i) {
@@ -131,15 +136,15 @@ int ts_buf_guards_ok(const ts_buf *b, const char *name, FILE *log) {
     }
     if (b->host[b->bytes + i] != sentinel(i + 1000)) {
       if (log)
-        fprintf(log, "guard band AFTER %s overwritten at byte +%zu\n", name,
-                i);
+        fprintf(log, "guard band AFTER %s overwritten at byte +%zu\n", name, i);
       return 0;
     }
   }
   return 1;
 }
 
-/* ---- poison ---------------------------------------------------------------- */
+/* ---- poison ----------------------------------------------------------------
+ */
 
 uint32_t ts_poison_bits(fa_dtype t) {
   // Quiet NaNs with a payload arithmetic never produces (default NaNs are
@@ -239,30 +244,37 @@ void ts_rng_shuffle(ts_rng *r, int *a, int n) {
   }
 }
 
-/* ---- comparisons ---------------------------------------------------------- */
+/* ---- comparisons ----------------------------------------------------------
+ */
 
 double ts_rel_err(const double *ref, const double *got, size_t n) {
   double num = 0.0, den = 0.0;
+  size_t nz = 0;
   for (size_t i = 0; i < n; i++) {
     if (!isfinite(ref[i])) continue;
     if (!isfinite(got[i])) return INFINITY;
     double e = got[i] - ref[i];
     num += e * e;
     den += ref[i] * ref[i];
+    nz += got[i] != 0.0;
   }
-  return den > 0.0 ? sqrt(num / den) : sqrt(num);
+  if (den > 0.0) return sqrt(num / den);
+  return nz ? sqrt(num / (double)nz) : 0.0;
 }
 
 double ts_rel_err_f(const double *ref, const float *got, size_t n) {
   double num = 0.0, den = 0.0;
+  size_t nz = 0;
   for (size_t i = 0; i < n; i++) {
     if (!isfinite(ref[i])) continue;
     if (!isfinite(got[i])) return INFINITY;
     double e = (double)got[i] - ref[i];
     num += e * e;
     den += ref[i] * ref[i];
+    nz += got[i] != 0.0f;
   }
-  return den > 0.0 ? sqrt(num / den) : sqrt(num);
+  if (den > 0.0) return sqrt(num / den);
+  return nz ? sqrt(num / (double)nz) : 0.0;
 }
 
 double ts_max_err(const double *ref, const double *got, size_t n) {
@@ -287,6 +299,51 @@ double ts_max_err_f(const double *ref, const float *got, size_t n) {
     if (fabs(ref[i]) > r) r = fabs(ref[i]);
   }
   return r > 0.0 ? e / r : e;
+}
+
+/* One body for the four scaled metrics: max != 0 selects the max-abs
+   form; gotf (float) is used when got is NULL. */
+static double scaled(const double *ref, const double *got, const float *gotf,
+                     const double *scale, size_t n, int max) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(ref[i])) continue;
+    double g = got ? got[i] : (double)gotf[i];
+    if (!isfinite(g)) return INFINITY;
+    double e = fabs(g - ref[i]), w = fabs(scale[i]);
+    if (max) {
+      if (e > num) num = e;
+      if (w > den) den = w;
+    } else {
+      num += e * e;
+      den += w * w;
+    }
+  }
+  if (!max) {
+    num = sqrt(num);
+    den = sqrt(den);
+  }
+  return den > 0.0 ? num / den : num;
+}
+
+double ts_scaled_err(const double *ref, const double *got, const double *scale,
+                     size_t n) {
+  return scaled(ref, got, NULL, scale, n, 0);
+}
+
+double ts_scaled_err_f(const double *ref, const float *got, const double *scale,
+                       size_t n) {
+  return scaled(ref, NULL, got, scale, n, 0);
+}
+
+double ts_scaled_max_err(const double *ref, const double *got,
+                         const double *scale, size_t n) {
+  return scaled(ref, got, NULL, scale, n, 1);
+}
+
+double ts_scaled_max_err_f(const double *ref, const float *got,
+                           const double *scale, size_t n) {
+  return scaled(ref, NULL, got, scale, n, 1);
 }
 
 double ts_lse_err(const double *ref, const double *got, size_t n) {
@@ -324,9 +381,12 @@ size_t ts_nonfinite_parity(const double *ref, const double *got, size_t n,
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
     int ok;
-    if (isnan(ref[i]) || isnan(got[i])) ok = 0;
-    else if (isinf(ref[i]) || isinf(got[i])) ok = ref[i] == got[i];
-    else ok = 1;
+    if (isnan(ref[i]) || isnan(got[i]))
+      ok = 0;
+    else if (isinf(ref[i]) || isinf(got[i]))
+      ok = ref[i] == got[i];
+    else
+      ok = 1;
     if (!ok && bad++ == 0 && first) *first = i;
   }
   return bad;

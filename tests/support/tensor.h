@@ -49,7 +49,8 @@ const char *ts_layout_name(int layout);
 size_t ts_make_strides(int layout, int nb, int ns, int nh, int nd, int pad,
                        fa_tensor *t);
 
-/* ---- guarded buffers ------------------------------------------------------ */
+/* ---- guarded buffers ------------------------------------------------------
+ */
 
 /* Bytes of sentinel before and after every payload. */
 #define TS_GUARD_BYTES 256
@@ -80,7 +81,8 @@ fa_status ts_buf_download(fa_context *ctx, ts_buf *b);
    line on `log` (may be NULL) naming the buffer and the first bad byte. */
 int ts_buf_guards_ok(const ts_buf *b, const char *name, FILE *log);
 
-/* ---- poison ---------------------------------------------------------------- */
+/* ---- poison ----------------------------------------------------------------
+ */
 
 /* The NaN bit pattern used to poison buffers of type t (a quiet NaN with a
    recognisable payload; never produced by arithmetic). */
@@ -107,17 +109,21 @@ int ts_seed_from_env(void);
 uint64_t ts_case_seed(uint64_t base, uint64_t index);
 void ts_rng_seed(ts_rng *r, uint64_t seed);
 uint64_t ts_rng_u64(ts_rng *r);
-double ts_rng_uniform(ts_rng *r); /* [0, 1) */
-double ts_rng_normal(ts_rng *r);  /* N(0, 1) */
+double ts_rng_uniform(ts_rng *r);          /* [0, 1) */
+double ts_rng_normal(ts_rng *r);           /* N(0, 1) */
 int ts_rng_int(ts_rng *r, int lo, int hi); /* uniform in [lo, hi] */
 void ts_rng_shuffle(ts_rng *r, int *a, int n);
 
-/* ---- comparisons ---------------------------------------------------------- */
+/* ---- comparisons ----------------------------------------------------------
+ */
 
 /* Relative Frobenius error ||got - ref|| / ||ref|| over n values, skipping
    positions where ref is not finite (check those with ts_nonfinite_parity).
-   If ||ref|| is 0 the absolute norm ||got - ref|| is returned. A non-finite
-   got where ref is finite makes the result +inf. */
+   If ref is identically 0 (e.g. dq when every row sees exactly one key, so
+   dS = P (dP - D) vanishes), a relative error means nothing: the result is
+   then the rms of got over its nonzero values, an absolute error on data
+   whose natural scale is ~1 (unit-normal test inputs), and 0 if got is 0
+   too. A non-finite got where ref is finite makes the result +inf. */
 double ts_rel_err(const double *ref, const double *got, size_t n);
 /* The same with a float reference (naive same-precision results). */
 double ts_rel_err_f(const double *ref, const float *got, size_t n);
@@ -127,6 +133,18 @@ double ts_rel_err_f(const double *ref, const float *got, size_t n);
    localised errors that a Frobenius norm over a large tensor dilutes. */
 double ts_max_err(const double *ref, const double *got, size_t n);
 double ts_max_err_f(const double *ref, const float *got, size_t n);
+/* Error normalised by a separate scale array (e.g. the gradient
+   magnitudes of fa_oracle_backward_magnitude): ||got - ref|| / ||scale||
+   (Frobenius) and max|got - ref| / max|scale| over positions where ref is
+   finite; +inf if got is not finite there; absolute if the scale is 0. */
+double ts_scaled_err(const double *ref, const double *got, const double *scale,
+                     size_t n);
+double ts_scaled_err_f(const double *ref, const float *got, const double *scale,
+                       size_t n);
+double ts_scaled_max_err(const double *ref, const double *got,
+                         const double *scale, size_t n);
+double ts_scaled_max_err_f(const double *ref, const float *got,
+                           const double *scale, size_t n);
 /* Error of values whose natural scale is ~1 (LSE): ||got - ref|| /
    max(||ref||, sqrt(m)) over the m positions where ref is finite. */
 double ts_lse_err(const double *ref, const double *got, size_t n);

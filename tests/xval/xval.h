@@ -10,9 +10,9 @@
 #define XV_LAYOUT_PACKED 3 /* q, k, v in one [b][s][hq+2hkv][d] buffer */
 
 typedef struct xcase {
-  int bwd;          /* 0 forward, 1 backward */
+  int bwd; /* 0 forward, 1 backward */
   fa_dtype dt;
-  int b, sq, sk;    /* batch, (max) query and key lengths */
+  int b, sq, sk; /* batch, (max) query and key lengths */
   int hq, hkv, d, dv;
   int hdv0;         /* pass head_dim_v = 0 (dv must equal d) */
   int causal;       /* 0, FA_CAUSAL_BOTTOM_RIGHT, FA_CAUSAL_TOP_LEFT */
@@ -24,10 +24,18 @@ typedef struct xcase {
   int seqused;      /* 1: seqused_k set (lengths <= storage, some 0) */
   int page;         /* page size of a paged KV cache; 0 = not paged */
   int layout;       /* ts_layout, or XV_LAYOUT_PACKED */
-  int mixed;        /* k/v (and dk/dv) in the next layout from q's */
+  int mixed;        /* k/v (dk/dv) in the next layout from q's, o/do/dq in
+                       the one after */
   int pad;          /* extra elements in every stride */
   int no_lse;       /* forward with lse = NULL */
+  int slack;        /* the maxima seqlen_q/seqlen_k exceed every real length
+                       by this much (varlen, seqused_k) */
+  float qamp;       /* q ~ N(0, qamp^2); 0 means 1. Large: sharp softmax */
   int plan;         /* also check fa_plan_forward bits and determinism */
+  int threads;      /* fa_context_set_threads for this case (CPU); 0 = the
+                       default. Decode cases use 8 so the planner sees more
+                       workers than work items and splits the keys
+                       (split-KV) whatever the host's core count. */
 } xcase;
 
 /* A case with every field at its default: forward f32, b2 sq64 sk64 hq2 hkv2
@@ -40,5 +48,9 @@ extern const char *const xv_groups[];
 /* Fill up to max cases of group `name`; returns the number of cases, or -1
    if the group does not exist. */
 int xv_group_cases(const char *name, xcase *out, int max);
+
+/* Self-test of the oracle and the naive attention (no backend involved).
+   Returns the number of failures. */
+int xv_selftest(void);
 
 #endif

@@ -15,11 +15,11 @@
 #define TL FA_CAUSAL_TOP_LEFT
 
 const char *const xv_groups[] = {
-    "fwd.dims",   "fwd.lengths", "fwd.masks",    "fwd.features",
-    "fwd.gqa",    "fwd.layout",  "fwd.varlen",   "fwd.paged",
-    "fwd.decode", "fwd.plan",    "bwd.dims",     "bwd.masks",
-    "bwd.features", "bwd.gqa",   "bwd.varlen",   "bwd.paged",
-    "bwd.layout", NULL};
+    "fwd.dims",   "fwd.lengths",  "fwd.masks",  "fwd.features",
+    "fwd.gqa",    "fwd.layout",   "fwd.varlen", "fwd.paged",
+    "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
+    "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
+    "bwd.paged",  "bwd.layout",   NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -79,8 +79,8 @@ static void set_mask(xcase *c, mask m) {
 
 static void fwd_dims(list *l) {
   static const int dims[] = {1, 8, 13, 32, 64, 80, 96, 128, 160, 256, 512};
-  static const int lens[][2] = {{17, 17},  {127, 129}, {128, 128}, {129, 127},
-                                {1, 17},   {17, 1},    {33, 65}};
+  static const int lens[][2] = {{17, 17}, {127, 129}, {128, 128}, {129, 127},
+                                {1, 17},  {17, 1},    {33, 65}};
   const int nd = (int)(sizeof dims / sizeof dims[0]), nl = 7;
   for (int t = 0; t < 3; t++)
     for (int i = 0; i < nd; i++) {
@@ -96,8 +96,8 @@ static void fwd_dims(list *l) {
       add(l, c);
     }
   // head_dim_v != head_dim
-  static const int dv[][2] = {{64, 32}, {32, 64}, {13, 80}, {128, 64},
-                              {80, 96}, {256, 128}, {8, 1}, {1, 8}};
+  static const int dv[][2] = {{64, 32}, {32, 64},   {13, 80}, {128, 64},
+                              {80, 96}, {256, 128}, {8, 1},   {1, 8}};
   for (int t = 0; t < 3; t++)
     for (int i = 0; i < 8; i++) {
       xcase c = xv_default();
@@ -114,10 +114,10 @@ static void fwd_dims(list *l) {
 }
 
 static void fwd_lengths(list *l) {
-  static const int lens[][2] = {
-      {1, 1},     {1, 17},    {17, 1},    {1, 128},   {17, 17},
-      {17, 129},  {129, 17},  {127, 128}, {128, 127}, {128, 128},
-      {129, 129}, {127, 300}, {300, 127}, {300, 300}, {511, 513}};
+  static const int lens[][2] = {{1, 1},     {1, 17},    {17, 1},    {1, 128},
+                                {17, 17},   {17, 129},  {129, 17},  {127, 128},
+                                {128, 127}, {128, 128}, {129, 129}, {127, 300},
+                                {300, 127}, {300, 300}, {511, 513}};
   const int n = (int)(sizeof lens / sizeof lens[0]);
   for (int i = 0; i < n; i++)
     for (int t = 0; t < 2; t++) {
@@ -130,12 +130,16 @@ static void fwd_lengths(list *l) {
       if (c.sq > 300 && c.sk > 300) c.hq = c.hkv = 1;
       add(l, c);
     }
-  // One genuinely long square problem.
+  // Genuinely long square problems.
   xcase c = xv_default();
   c.b = 1;
   c.hq = c.hkv = 1;
   c.sq = c.sk = 1000;
   c.causal = BR;
+  add(l, c);
+  c.sq = c.sk = 1024;
+  c.causal = 0;
+  c.dt = FA_F16;
   add(l, c);
 }
 
@@ -157,15 +161,15 @@ static void fwd_masks(list *l) {
 
 static void fwd_features(list *l) {
   xcase c;
-#define F(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.hq = 4;                                                                \
-    c.hkv = 2;                                                               \
-    c.sq = 47;                                                               \
-    c.sk = 81;                                                               \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define F(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    c.sq = 47;                                                                 \
+    c.sk = 81;                                                                 \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   // softcap
   F(c.cap = 2.0f);
@@ -198,6 +202,11 @@ static void fwd_features(list *l) {
   F(c.scale = 0.05f; c.dt = FA_F16);
   F(c.scale = 0.6f; c.causal = BR); // scores ~N(0, 23): big rescales
   F(c.scale = 0.6f; c.dt = FA_BF16);
+  F(c.scale = -0.2f; c.causal = BR); // valid: finite
+  // Near one-hot softmax: q ~ N(0, 64), scores ~ N(0, 64).
+  F(c.qamp = 8.0f);
+  F(c.qamp = 8.0f; c.causal = BR; c.dt = FA_F16);
+  F(c.qamp = 8.0f; c.alibi = 1; c.sinks = 1; c.dt = FA_BF16);
 #undef F
 }
 
@@ -262,18 +271,18 @@ static void fwd_layout(list *l) {
 
 static void fwd_varlen(list *l) {
   xcase c;
-#define V(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.varlen = 1;                                                            \
-    c.b = 5;                                                                 \
-    c.sq = 40;                                                               \
-    c.sk = 70;                                                               \
-    c.hq = 4;                                                                \
-    c.hkv = 2;                                                               \
-    c.d = c.dv = 48;                                                         \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define V(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.varlen = 1;                                                              \
+    c.b = 5;                                                                   \
+    c.sq = 40;                                                                 \
+    c.sk = 70;                                                                 \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    c.d = c.dv = 48;                                                           \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   V();
   V(c.causal = BR; c.dt = FA_F16);
@@ -291,23 +300,26 @@ static void fwd_varlen(list *l) {
     c.causal = BR);
   V(c.no_lse = 1; c.d = 64; c.dv = 32);
   V(c.sq = 70; c.sk = 40; c.causal = BR; c.sinks = 1);
+  V(c.slack = 7); // seqlen_q/k above every real length: lse stride = max
+  V(c.slack = 5; c.seqused = 1; c.causal = BR; c.dt = FA_BF16);
+  V(c.varlen = 2; c.slack = 6; c.mixed = 1; c.causal = TL);
 #undef V
 }
 
 static void fwd_paged(list *l) {
   xcase c;
-#define P(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.page = 16;                                                             \
-    c.seqused = 1;                                                           \
-    c.b = 3;                                                                 \
-    c.sq = 17;                                                               \
-    c.sk = 129;                                                              \
-    c.hq = 4;                                                                \
-    c.hkv = 2;                                                               \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define P(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.page = 16;                                                               \
+    c.seqused = 1;                                                             \
+    c.b = 3;                                                                   \
+    c.sq = 17;                                                                 \
+    c.sk = 129;                                                                \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   P(c.causal = BR);
   P(c.page = 1);
@@ -324,20 +336,23 @@ static void fwd_paged(list *l) {
   P(c.b = 4; c.causal = BR);
   P(c.page = 3; c.layout = TS_SBHD; c.pad = 2); // slot stride > page stride
   P(c.page = 7; c.varlen = 2; c.sinks = 1; c.dt = FA_F16);
+  P(c.page = 3; c.slack = 10; c.causal = BR);
+  P(c.page = 16; c.varlen = 2; c.slack = 4; c.mixed = 1);
 #undef P
 }
 
 static void fwd_decode(list *l) {
   xcase c;
-#define D(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.sq = 1;                                                                \
-    c.b = 2;                                                                 \
-    c.hq = 8;                                                                \
-    c.hkv = 2;                                                               \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define D(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.threads = 8;                                                             \
+    c.sq = 1;                                                                  \
+    c.b = 2;                                                                   \
+    c.hq = 8;                                                                  \
+    c.hkv = 2;                                                                 \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   D(c.b = 1; c.sk = 1000; c.hkv = 1; c.d = c.dv = 128);
   D(c.sk = 777; c.dt = FA_F16);
@@ -354,25 +369,37 @@ static void fwd_decode(list *l) {
   D(c.sk = 1; c.b = 1);
   D(c.b = 8; c.sk = 400; c.hq = 2; c.hkv = 1; c.d = c.dv = 32; c.no_lse = 1);
   D(c.b = 1; c.sk = 1000; c.d = c.dv = 256; c.hq = 4; c.dt = FA_F16);
+  // Split-KV edge cases: a sequence with no keys (its splits are all
+  // empty) and sinks on top; a narrow window that leaves whole splits
+  // masked; speculative rows with a sliding window.
+  D(c.b = 3; c.hq = 4; c.hkv = 1; c.sk = 1000; c.seqused = 1);
+  D(c.b = 3; c.hq = 4; c.hkv = 1; c.sk = 1000; c.seqused = 1; c.sinks = 1;
+    c.dt = FA_F16);
+  D(c.b = 1; c.hq = 2; c.hkv = 1; c.sk = 2000; c.wl = 100; c.causal = BR);
+  D(c.b = 1; c.hq = 4; c.hkv = 1; c.sq = 3; c.sk = 1500; c.wl = 50; c.wr = 1;
+    c.dt = FA_BF16);
+  D(c.b = 1; c.hq = 4; c.hkv = 1; c.sk = 4096; c.page = 16; c.seqused = 1);
+  D(c.b = 1; c.hq = 4; c.hkv = 1; c.sk = 1500; c.qamp = 8.0f); // sharp
+  D(c.b = 1; c.hq = 4; c.hkv = 1; c.sk = 1500; c.qamp = 8.0f; c.dt = FA_BF16);
 #undef D
 }
 
 static void fwd_plan(list *l) {
   xcase c;
-#define PL(...)                                                              \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.plan = 1;                                                              \
-    c.sq = 65;                                                               \
-    c.sk = 97;                                                               \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define PL(...)                                                                \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.plan = 1;                                                                \
+    c.sq = 65;                                                                 \
+    c.sk = 97;                                                                 \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   PL();
   PL(c.causal = BR; c.dt = FA_F16);
   PL(c.varlen = 1; c.b = 4; c.dt = FA_BF16; c.causal = BR);
   PL(c.page = 16; c.seqused = 1; c.b = 3);
-  PL(c.sq = 1; c.sk = 1000; c.hq = 8; c.hkv = 1); // split-KV territory
+  PL(c.sq = 1; c.sk = 1000; c.hq = 8; c.hkv = 1; c.threads = 8); // split-KV
   PL(c.wl = 16; c.wr = 4);
   PL(c.hq = 8; c.hkv = 2; c.dt = FA_BF16; c.layout = TS_BHSD);
   PL(c.sinks = 1; c.alibi = 1; c.cap = 4.0f; c.dt = FA_F16);
@@ -418,6 +445,35 @@ static void bwd_dims(list *l) {
   c.hdv0 = 1;
   c.d = c.dv = 48;
   add(l, c);
+  for (int t = 0; t < 2; t++) { // the largest head dim
+    c = xv_default();
+    c.bwd = 1;
+    c.b = 1;
+    c.d = c.dv = 512;
+    c.sq = 33;
+    c.sk = 40;
+    c.dt = t ? FA_BF16 : FA_F32;
+    c.causal = t ? BR : 0;
+    add(l, c);
+  }
+}
+
+static void bwd_lengths(list *l) {
+  static const int lens[][2] = {{1, 1},     {1, 300},   {300, 1},   {127, 129},
+                                {129, 127}, {128, 128}, {300, 300}, {257, 513}};
+  for (int i = 0; i < 8; i++)
+    for (int t = 0; t < 2; t++) {
+      xcase c = xv_default();
+      c.bwd = 1;
+      c.dt = t ? low(i) : FA_F32;
+      c.sq = lens[i][0];
+      c.sk = lens[i][1];
+      c.hq = 2;
+      c.hkv = 1;
+      c.causal = (i + t) % 3 == 1 ? BR : (i + t) % 3 == 2 ? TL : 0;
+      if (c.sq >= 256 || c.sk >= 256) c.b = 1;
+      add(l, c);
+    }
 }
 
 static void bwd_masks(list *l) {
@@ -439,17 +495,17 @@ static void bwd_masks(list *l) {
 
 static void bwd_features(list *l) {
   xcase c;
-#define F(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.bwd = 1;                                                               \
-    c.hq = 4;                                                                \
-    c.hkv = 2;                                                               \
-    c.sq = 40;                                                               \
-    c.sk = 56;                                                               \
-    c.d = c.dv = 32;                                                         \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define F(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    c.sq = 40;                                                                 \
+    c.sk = 56;                                                                 \
+    c.d = c.dv = 32;                                                           \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   F(c.cap = 2.0f);
   F(c.cap = 1.0f; c.scale = 0.5f; c.causal = BR; c.dt = FA_F16);
@@ -460,6 +516,8 @@ static void bwd_features(list *l) {
   F(c.sinks = 1; c.dt = FA_F16; c.causal = TL);
   F(c.cap = 3.0f; c.alibi = 1; c.sinks = 1; c.wl = 10; c.wr = 3);
   F(c.scale = 0.4f; c.causal = BR);
+  F(c.qamp = 4.0f);
+  F(c.qamp = 4.0f; c.causal = TL; c.dt = FA_BF16);
 #undef F
 }
 
@@ -482,19 +540,19 @@ static void bwd_gqa(list *l) {
 
 static void bwd_varlen(list *l) {
   xcase c;
-#define V(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.bwd = 1;                                                               \
-    c.varlen = 1;                                                            \
-    c.b = 5;                                                                 \
-    c.sq = 40;                                                               \
-    c.sk = 60;                                                               \
-    c.hq = 4;                                                                \
-    c.hkv = 2;                                                               \
-    c.d = c.dv = 32;                                                         \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define V(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.varlen = 1;                                                              \
+    c.b = 5;                                                                   \
+    c.sq = 40;                                                                 \
+    c.sk = 60;                                                                 \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    c.d = c.dv = 32;                                                           \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   V();
   V(c.causal = BR; c.dt = FA_F16);
@@ -504,44 +562,46 @@ static void bwd_varlen(list *l) {
   V(c.seqused = 1; c.causal = BR);
   V(c.varlen = 2; c.causal = BR);
   V(c.sinks = 1; c.sq = 60; c.sk = 40; c.causal = BR);
+  V(c.slack = 6; c.mixed = 1);
 #undef V
 }
 
 static void bwd_paged(list *l) {
   xcase c;
-#define P(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.bwd = 1;                                                               \
-    c.page = 16;                                                             \
-    c.seqused = 1;                                                           \
-    c.b = 3;                                                                 \
-    c.sq = 17;                                                               \
-    c.sk = 70;                                                               \
-    c.d = c.dv = 32;                                                         \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define P(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.page = 16;                                                               \
+    c.seqused = 1;                                                             \
+    c.b = 3;                                                                   \
+    c.sq = 17;                                                                 \
+    c.sk = 70;                                                                 \
+    c.d = c.dv = 32;                                                           \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   P();
   P(c.page = 3; c.causal = BR; c.dt = FA_F16);
   P(c.page = 1; c.seqused = 0);
   P(c.page = 7; c.hq = 4; c.hkv = 1; c.dt = FA_BF16; c.causal = BR);
   P(c.page = 5; c.varlen = 2; c.causal = BR);
+  P(c.page = 3; c.slack = 8; c.mixed = 1; c.dt = FA_F16);
 #undef P
 }
 
 static void bwd_layout(list *l) {
   xcase c;
-#define L(...)                                                               \
-  do {                                                                       \
-    c = xv_default();                                                        \
-    c.bwd = 1;                                                               \
-    c.sq = 40;                                                               \
-    c.sk = 56;                                                               \
-    c.hq = 4;                                                                \
-    c.d = c.dv = 32;                                                         \
-    __VA_ARGS__;                                                             \
-    add(l, c);                                                               \
+#define L(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.sq = 40;                                                                 \
+    c.sk = 56;                                                                 \
+    c.hq = 4;                                                                  \
+    c.d = c.dv = 32;                                                           \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
   } while (0)
   L(c.layout = TS_BHSD);
   L(c.layout = TS_SBHD; c.pad = 3; c.dt = FA_F16);
@@ -555,15 +615,15 @@ int xv_group_cases(const char *name, xcase *out, int max) {
   static const struct {
     const char *name;
     void (*fn)(list *);
-  } table[] = {{"fwd.dims", fwd_dims},         {"fwd.lengths", fwd_lengths},
-               {"fwd.masks", fwd_masks},       {"fwd.features", fwd_features},
-               {"fwd.gqa", fwd_gqa},           {"fwd.layout", fwd_layout},
-               {"fwd.varlen", fwd_varlen},     {"fwd.paged", fwd_paged},
-               {"fwd.decode", fwd_decode},     {"fwd.plan", fwd_plan},
-               {"bwd.dims", bwd_dims},         {"bwd.masks", bwd_masks},
-               {"bwd.features", bwd_features}, {"bwd.gqa", bwd_gqa},
-               {"bwd.varlen", bwd_varlen},     {"bwd.paged", bwd_paged},
-               {"bwd.layout", bwd_layout}};
+  } table[] = {{"fwd.dims", fwd_dims},       {"fwd.lengths", fwd_lengths},
+               {"fwd.masks", fwd_masks},     {"fwd.features", fwd_features},
+               {"fwd.gqa", fwd_gqa},         {"fwd.layout", fwd_layout},
+               {"fwd.varlen", fwd_varlen},   {"fwd.paged", fwd_paged},
+               {"fwd.decode", fwd_decode},   {"fwd.plan", fwd_plan},
+               {"bwd.dims", bwd_dims},       {"bwd.masks", bwd_masks},
+               {"bwd.lengths", bwd_lengths}, {"bwd.features", bwd_features},
+               {"bwd.gqa", bwd_gqa},         {"bwd.varlen", bwd_varlen},
+               {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].name, name) == 0) {
       list l = {out, 0, max};
