@@ -120,7 +120,8 @@ typedef struct fa_attention {
   int seqlen_q;    /**< Query length; the maximum one when varlen. */
   int seqlen_k;    /**< Key length; the maximum one when varlen or paged. */
   int heads_q;     /**< Query heads (>= 1). */
-  int heads_kv;    /**< Key/value heads; heads_q % heads_kv == 0 (GQA/MQA). */
+  int heads_kv;    /**< Key/value heads; heads_q % heads_kv == 0 (GQA/MQA):
+                        query head h reads kv head h / (heads_q / heads_kv). */
   int head_dim;    /**< Dimension of q and k (>= 1). */
   int head_dim_v;  /**< Dimension of v and o; 0 means head_dim. */
   float scale;     /**< Score scale; 0 means 1/sqrt(head_dim). */
