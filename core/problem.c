@@ -134,6 +134,7 @@ fa_status fa_problem_check_arrays(const fa_problem *p) {
                                            a->seqlen_k, "cu_seqlens_k",
                                            "seqlen_k")))
     return s;
+  if (!a->seqused_k && !p->paged) return FA_OK; // nothing per sequence
   for (int b = 0; b < a->batch; b++) {
     int sk = a->seqlen_k;
     if (p->varlen_k) sk = a->cu_seqlens_k[b + 1] - a->cu_seqlens_k[b];

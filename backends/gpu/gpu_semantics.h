@@ -16,7 +16,7 @@
 #include "gpu_params.h"
 
 #if defined(__CUDACC__) || defined(__HIP__)
-#define FA_GPU_HD static __host__ __device__ __forceinline__
+#define FA_GPU_HD static __host__ __device__ inline __attribute__((always_inline))
 #else
 #define FA_GPU_HD static inline
 #endif

@@ -25,7 +25,7 @@
 #define FA_CDNA_MFMA_LAYOUT_H
 
 #if defined(__HIP__) || defined(__CUDACC__)
-#define FA_MFMA_HD static __host__ __device__ __forceinline__
+#define FA_MFMA_HD static __host__ __device__ inline __attribute__((always_inline))
 #else
 #define FA_MFMA_HD static inline
 #endif

@@ -1,0 +1,550 @@
+// SPDX-License-Identifier: MIT
+// The portable generic kernels: correct for every problem the API can
+// express (fp32/fp16/bf16, head dims up to 256, head_dim_v != head_dim,
+// every mask, softcap, ALiBi, sinks, GQA, varlen, seqused_k, paged KV,
+// split-KV), written for clarity: one wavefront per query row (forward, dQ)
+// or per key row (dK/dV), lanes over keys for the dot products and over
+// columns for the accumulators. They follow the CPU reference
+// (backends/cpu/cpu_kernels.h) step by step with fp32 accumulation and
+// accurate expf/logf.
+//
+// Written against backends/gpu/compat.h only, with the wavefront width a
+// compile-time constant (FA_GPU_WARP: 64 on CDNA, 32 on NVIDIA), so the
+// same source builds for HIP (the HIP module includes it from
+// hip_generic.hip) and for CUDA with nvcc (compile-checked with nvcc while
+// written; not yet run on an NVIDIA GPU -- the CUDA module can adopt it, see
+// backends/gpu/compat.h).
+//
+// Include once per translation unit after compat.h; it defines the kernels
+// and FA_GPU_GENERIC_LAUNCHERS(prefix), which emits extern "C" launchers
+// named prefix_fwd_generic, prefix_combine, ... (see hip_internal.h).
+#ifndef FA_GPU_GENERIC_KERNELS_H
+#define FA_GPU_GENERIC_KERNELS_H
+
+#include "compat.h"
+#include "gpu_semantics.h"
+
+namespace fa_gpu_generic {
+
+constexpr int kWarps = 4;                   // wavefronts per workgroup
+constexpr int kMaxDim = 256;                // largest head dim
+constexpr int kCols = kMaxDim / FA_GPU_WARP; // accumulator columns per lane
+
+template <typename T>
+FA_GPU_DEVICE const typename T::storage *cptr(const fa_gpu_view &t) {
+  return (const typename T::storage *)t.data;
+}
+
+template <typename T>
+FA_GPU_DEVICE void load_row(float *dst, const typename T::storage *base,
+                            int64_t off, int n, int lane) {
+  for (int c = lane; c < n; c += FA_GPU_WARP) dst[c] = T::load(base + off + c);
+}
+
+FA_GPU_DEVICE float sink_of(const fa_gpu_params &p, int h) {
+  return p.sinks ? p.sinks[h] : NAN;
+}
+
+FA_GPU_DEVICE float ld_any(const void *base, int dtype, int64_t i) {
+  if (dtype == 0) return fa_gpu_f32::load((const float *)base + i);
+  if (dtype == 1) return fa_gpu_f16::load((const uint16_t *)base + i);
+  return fa_gpu_bf16::load((const uint16_t *)base + i);
+}
+
+/* One finished row: O * f and LSE. */
+template <typename T>
+FA_GPU_DEVICE void store_row(const fa_gpu_params &p, int b, int h, int i,
+                             const float *acc, float f, float lse, int lane) {
+  typename T::storage *o = (typename T::storage *)p.o.data;
+  const int64_t off = fa_gpu_q_offset(&p, &p.o, b, i, h);
+#pragma unroll
+  for (int u = 0; u < kCols; u++) {
+    const int c = lane + FA_GPU_WARP * u;
+    if (c < p.head_dim_v) T::store(o + off + c, acc[u] * f);
+  }
+  if (p.lse && lane == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
+}
+
+/* ---- forward: one work item per workgroup, one lane row per wavefront ---- */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    fwd(const fa_gpu_params p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t w = blockIdx.x;
+  int b, h0, qb, split;
+  fa_gpu_work_item(&p, w, &b, &h0, &qb, &split);
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  const int row0 = qb * p.block_rows, pack = p.pack_group;
+  if (row0 >= sq) return;
+  const int lanes = min(p.block_rows, sq - row0) * pack; // (row, head) pairs
+  const int hk = h0 / p.group, D = p.head_dim, DV = p.head_dim_v;
+  int kb0, kb1, s0, s1;
+  fa_gpu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
+  fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  const int shift = fa_gpu_shift(&p, sq, sk);
+  float *qs = smem + warp * D;
+  const typename T::storage *q = cptr<T>(p.q), *k = cptr<T>(p.k),
+                            *v = cptr<T>(p.v);
+  for (int r = warp; r < lanes; r += kWarps) {
+    const int i = row0 + r / pack, h = h0 + r % pack;
+    load_row<T>(qs, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane);
+    fa_gpu_sync_warp();
+    int lo, hi;
+    fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+    const int jlo = max(lo, s0 * p.block_k);
+    const int jhi = min(min(hi, s1 * p.block_k), sk);
+    float m = -INFINITY, l = 0.0f, acc[kCols];
+#pragma unroll
+    for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
+    for (int j0 = jlo; j0 < jhi; j0 += FA_GPU_WARP) {
+      const int j = j0 + lane;
+      float s = -INFINITY;
+      int64_t vof = 0;
+      if (j < jhi) {
+        const int64_t kof = fa_gpu_k_offset(&p, &p.k, b, j, hk);
+        vof = fa_gpu_k_offset(&p, &p.v, b, j, hk);
+        float dot = 0.0f;
+        for (int c = 0; c < D; c++) dot += qs[c] * T::load(k + kof + c);
+        s = fa_gpu_transform(&p, p.scale * dot, h, i, j, shift);
+      }
+      // fa_softmax_update; every key of [jlo, jhi) is visible, so the
+      // block maximum is finite.
+      const float mx = fmaxf(m, fa_gpu_warp_max(s));
+      const float alpha = expf(m - mx);
+      const float pj = j < jhi ? expf(s - mx) : 0.0f;
+      l = l * alpha + fa_gpu_warp_sum(pj);
+      m = mx;
+#pragma unroll
+      for (int u = 0; u < kCols; u++) acc[u] *= alpha;
+      const int cnt = min(FA_GPU_WARP, jhi - j0);
+      for (int jj = 0; jj < cnt; jj++) {
+        const float pp = fa_gpu_shfl(pj, jj);
+        const int64_t vo = fa_gpu_shfl_i64(vof, jj);
+#pragma unroll
+        for (int u = 0; u < kCols; u++) {
+          const int c = lane + FA_GPU_WARP * u;
+          if (c < DV) acc[u] += pp * T::load(v + vo + c);
+        }
+      }
+    }
+    if (p.num_splits == 1) {
+      float lse, f = fa_gpu_finalize(m, l, sink_of(p, h), &lse);
+      store_row<T>(p, b, h, i, acc, f, lse, lane);
+    } else {
+      const int64_t at = w * p.block_q + r;
+      if (lane == 0) {
+        p.part_ml[at * 2] = m;
+        p.part_ml[at * 2 + 1] = l;
+      }
+#pragma unroll
+      for (int u = 0; u < kCols; u++) {
+        const int c = lane + FA_GPU_WARP * u;
+        if (c < DV) p.part_o[at * DV + c] = acc[u];
+      }
+    }
+    fa_gpu_sync_warp();
+  }
+}
+
+/* Merge the splits of one (batch, head unit, q block), row by row, in split
+   order. Grid: (work / splits, ceil(block_q / kWarps)). Shared by every
+   forward kernel that writes split partials in this layout. */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    combine(const fa_gpu_params p) {
+  const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t w0 = (int64_t)blockIdx.x * p.num_splits;
+  const int r = blockIdx.y * kWarps + warp;
+  int b, h0, qb, split;
+  fa_gpu_work_item(&p, w0, &b, &h0, &qb, &split);
+  const int sq = fa_gpu_len_q(&p, b), row0 = qb * p.block_rows;
+  if (row0 >= sq || r >= min(p.block_rows, sq - row0) * p.pack_group) return;
+  const int h = h0 + r % p.pack_group, DV = p.head_dim_v;
+  float m = -INFINITY, l = 0.0f, acc[kCols];
+#pragma unroll
+  for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
+  for (int sp = 0; sp < p.num_splits; sp++) {
+    const int64_t at = (w0 + sp) * p.block_q + r;
+    float wa = 1.0f, wb = 1.0f;
+    const int how = fa_gpu_merge_weights(&m, &l, p.part_ml[at * 2],
+                                         p.part_ml[at * 2 + 1], &wa, &wb);
+    if (how == 0) continue;
+#pragma unroll
+    for (int u = 0; u < kCols; u++) {
+      const int c = lane + FA_GPU_WARP * u;
+      if (c >= DV) continue;
+      const float ob = p.part_o[at * DV + c];
+      acc[u] = how == 1 ? ob : acc[u] * wa + ob * wb;
+    }
+  }
+  float lse, f = fa_gpu_finalize(m, l, sink_of(p, h), &lse);
+  store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
+}
+
+/* ---- backward ---------------------------------------------------------------- */
+
+/* D_i = rowsum(dO_i * O_i), one wavefront per (batch, head, row). */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    bwd_delta(const fa_gpu_params p) {
+  const int lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
+  if (row >= (int64_t)p.batch * p.heads_q * p.seqlen_q) return;
+  const int i = (int)(row % p.seqlen_q);
+  const int h = (int)(row / p.seqlen_q % p.heads_q);
+  const int b = (int)(row / p.seqlen_q / p.heads_q);
+  if (i >= fa_gpu_len_q(&p, b)) return;
+  const typename T::storage *o = cptr<T>(p.o), *d_o = cptr<T>(p.d_o);
+  const int64_t oo = fa_gpu_q_offset(&p, &p.o, b, i, h);
+  const int64_t od = fa_gpu_q_offset(&p, &p.d_o, b, i, h);
+  float acc = 0.0f;
+  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP)
+    acc += T::load(o + oo + c) * T::load(d_o + od + c);
+  acc = fa_gpu_warp_sum(acc);
+  if (lane == 0) p.delta[fa_gpu_row_index(&p, b, h, i)] = acc;
+}
+
+/* P and dS = P (dP - D) dscore/d(q.k) of one (query, key) pair, from the
+   fp32 rows qrow, dorow and the key's K and V rows. */
+template <typename T>
+FA_GPU_DEVICE void grad_pair(const fa_gpu_params &p, const float *qrow,
+                             const float *dorow,
+                             const typename T::storage *k, int64_t kof,
+                             const typename T::storage *v, int64_t vof, int h,
+                             int i, int j, int shift, float lse, float dl,
+                             float *P, float *dS) {
+  float dot = 0.0f, dp = 0.0f;
+  for (int c = 0; c < p.head_dim; c++) dot += qrow[c] * T::load(k + kof + c);
+  for (int c = 0; c < p.head_dim_v; c++) dp += dorow[c] * T::load(v + vof + c);
+  const float s0 = p.scale * dot;
+  float g = p.scale;
+  if (p.softcap > 0.0f) {
+    const float th = tanhf(s0 / p.softcap);
+    g *= 1.0f - th * th;
+  }
+  const float s = fa_gpu_transform(&p, s0, h, i, j, shift);
+  *P = expf(s - lse);
+  *dS = *P * (dp - dl) * g;
+}
+
+/* dQ, one wavefront per (batch, head, row), over the row's visible keys. */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    bwd_dq(const fa_gpu_params p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t row = (int64_t)blockIdx.x * kWarps + warp;
+  if (row >= (int64_t)p.batch * p.heads_q * p.seqlen_q) return;
+  const int i = (int)(row % p.seqlen_q);
+  const int h = (int)(row / p.seqlen_q % p.heads_q);
+  const int b = (int)(row / p.seqlen_q / p.heads_q);
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  if (i >= sq) return;
+  const int D = p.head_dim, DV = p.head_dim_v, hk = h / p.group;
+  float *qrow = smem + warp * (D + DV), *dorow = qrow + D;
+  const typename T::storage *q = cptr<T>(p.q), *k = cptr<T>(p.k),
+                            *v = cptr<T>(p.v);
+  load_row<T>(qrow, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane);
+  load_row<T>(dorow, cptr<T>(p.d_o), fa_gpu_q_offset(&p, &p.d_o, b, i, h), DV,
+              lane);
+  fa_gpu_sync_warp();
+  const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+  const float lse = p.lse_in[ri], dl = p.delta[ri];
+  const int shift = fa_gpu_shift(&p, sq, sk);
+  int lo, hi;
+  fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+  float acc[kCols];
+#pragma unroll
+  for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
+  for (int j0 = lo; j0 < hi; j0 += FA_GPU_WARP) {
+    const int j = j0 + lane;
+    float P = 0.0f, dS = 0.0f;
+    int64_t kof = 0;
+    if (j < hi) {
+      kof = fa_gpu_k_offset(&p, &p.k, b, j, hk);
+      grad_pair<T>(p, qrow, dorow, k, kof, v,
+                   fa_gpu_k_offset(&p, &p.v, b, j, hk), h, i, j, shift, lse,
+                   dl, &P, &dS);
+    }
+    const int cnt = min(FA_GPU_WARP, hi - j0);
+    for (int jj = 0; jj < cnt; jj++) {
+      const float ds = fa_gpu_shfl(dS, jj);
+      const int64_t ko = fa_gpu_shfl_i64(kof, jj);
+#pragma unroll
+      for (int u = 0; u < kCols; u++) {
+        const int c = lane + FA_GPU_WARP * u;
+        if (c < D) acc[u] += ds * T::load(k + ko + c);
+      }
+    }
+  }
+  typename T::storage *dq = (typename T::storage *)p.dq.data;
+  const int64_t off = fa_gpu_q_offset(&p, &p.dq, b, i, h);
+#pragma unroll
+  for (int u = 0; u < kCols; u++) {
+    const int c = lane + FA_GPU_WARP * u;
+    if (c < D) T::store(dq + off + c, acc[u]);
+  }
+}
+
+/* dK, dV, one wavefront per (batch, kv head, key), over the query heads of
+   its group in order and the queries that see the key. Dense/varlen rows
+   past seqused_k get zero. Paged pools: one launch per sequence
+   (p.only_batch), added into slots zeroed beforehand (pages may be
+   shared). */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    bwd_dkdv(const fa_gpu_params p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t id = (int64_t)blockIdx.x * kWarps + warp;
+  const int nb = p.only_batch >= 0 ? 1 : p.batch;
+  if (id >= (int64_t)nb * p.heads_kv * p.seqlen_k) return;
+  const int j = (int)(id % p.seqlen_k);
+  const int hk = (int)(id / p.seqlen_k % p.heads_kv);
+  const int b = p.only_batch >= 0 ? p.only_batch
+                                  : (int)(id / p.seqlen_k / p.heads_kv);
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  const int D = p.head_dim, DV = p.head_dim_v;
+  typename T::storage *dk = (typename T::storage *)p.dk.data;
+  typename T::storage *dv = (typename T::storage *)p.dv.data;
+  if (j >= sk) {
+    if (p.paged || j >= fa_gpu_storage_k(&p, b)) return;
+    const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
+    const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+    for (int c = lane; c < D; c += FA_GPU_WARP) T::store(dk + ok + c, 0.0f);
+    for (int c = lane; c < DV; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
+    return;
+  }
+  float *krow = smem + warp * (D + DV), *vrow = krow + D;
+  const typename T::storage *q = cptr<T>(p.q), *d_o = cptr<T>(p.d_o);
+  load_row<T>(krow, cptr<T>(p.k), fa_gpu_k_offset(&p, &p.k, b, j, hk), D, lane);
+  load_row<T>(vrow, cptr<T>(p.v), fa_gpu_k_offset(&p, &p.v, b, j, hk), DV,
+              lane);
+  fa_gpu_sync_warp();
+  const int shift = fa_gpu_shift(&p, sq, sk);
+  int i0, i1;
+  fa_gpu_queries_of_key(&p, j, sq, sk, &i0, &i1);
+  float ak[kCols], av[kCols];
+#pragma unroll
+  for (int u = 0; u < kCols; u++) ak[u] = av[u] = 0.0f;
+  for (int h = hk * p.group; h < (hk + 1) * p.group; h++) {
+    for (int c0 = i0; c0 < i1; c0 += FA_GPU_WARP) {
+      const int i = c0 + lane;
+      float P = 0.0f, dS = 0.0f;
+      int64_t qo = 0, dO = 0;
+      int lo = 0, hi = 0;
+      if (i < i1) fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+      if (i < i1 && lo <= j && j < hi) {
+        qo = fa_gpu_q_offset(&p, &p.q, b, i, h);
+        dO = fa_gpu_q_offset(&p, &p.d_o, b, i, h);
+        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+        float dot = 0.0f, dp = 0.0f;
+        for (int c = 0; c < D; c++) dot += T::load(q + qo + c) * krow[c];
+        for (int c = 0; c < DV; c++) dp += T::load(d_o + dO + c) * vrow[c];
+        const float s0 = p.scale * dot;
+        float g = p.scale;
+        if (p.softcap > 0.0f) {
+          const float th = tanhf(s0 / p.softcap);
+          g *= 1.0f - th * th;
+        }
+        const float s = fa_gpu_transform(&p, s0, h, i, j, shift);
+        P = expf(s - p.lse_in[ri]);
+        dS = P * (dp - p.delta[ri]) * g;
+      }
+      const int cnt = min(FA_GPU_WARP, i1 - c0);
+      for (int ii = 0; ii < cnt; ii++) {
+        const float pp = fa_gpu_shfl(P, ii);
+        const float ds = fa_gpu_shfl(dS, ii);
+        const int64_t qq = fa_gpu_shfl_i64(qo, ii), dd = fa_gpu_shfl_i64(dO, ii);
+        if (pp == 0.0f && ds == 0.0f) continue; // not visible, or no mass
+#pragma unroll
+        for (int u = 0; u < kCols; u++) {
+          const int c = lane + FA_GPU_WARP * u;
+          if (c < DV) av[u] += pp * T::load(d_o + dd + c);
+          if (c < D) ak[u] += ds * T::load(q + qq + c);
+        }
+      }
+    }
+  }
+  const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
+  const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+#pragma unroll
+  for (int u = 0; u < kCols; u++) {
+    const int c = lane + FA_GPU_WARP * u;
+    if (c < D) T::store(dk + ok + c, ak[u] + (p.paged ? T::load(dk + ok + c) : 0.0f));
+    if (c < DV) T::store(dv + ov + c, av[u] + (p.paged ? T::load(dv + ov + c) : 0.0f));
+  }
+}
+
+/* Paged backward: zero the slots of every sequence's real keys. */
+template <typename T>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    bwd_zero_paged(const fa_gpu_params p) {
+  const int lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t id = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
+  if (id >= (int64_t)p.batch * p.heads_kv * p.seqlen_k) return;
+  const int j = (int)(id % p.seqlen_k);
+  const int hk = (int)(id / p.seqlen_k % p.heads_kv);
+  const int b = (int)(id / p.seqlen_k / p.heads_kv);
+  if (j >= fa_gpu_len_k(&p, b)) return;
+  typename T::storage *dk = (typename T::storage *)p.dk.data;
+  typename T::storage *dv = (typename T::storage *)p.dv.data;
+  const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
+  const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+  for (int c = lane; c < p.head_dim; c += FA_GPU_WARP) T::store(dk + ok + c, 0.0f);
+  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
+}
+
+/* fa_merge_states: fa_lse_merge_weights (core/softmax.h) per row without
+   storing the weights. One wavefront per (batch, head, row). */
+template <typename T, typename Part>
+__global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
+    merge(int n, const Part *parts, int batch, int seqlen, int heads, int dim,
+          fa_gpu_view o, float *lse_out) {
+  const int lane = threadIdx.x % FA_GPU_WARP;
+  const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
+  if (row >= (int64_t)batch * heads * seqlen) return;
+  const int i = (int)(row % seqlen), h = (int)(row / seqlen % heads);
+  const int b = (int)(row / seqlen / heads);
+  float mx = -INFINITY;
+  int nan = 0;
+  for (int k = 0; k < n; k++) {
+    const float x = parts[k].lse[row];
+    if (isnan(x)) nan = 1;
+    else if (x > mx) mx = x;
+  }
+  float inv = 0.0f, out_lse;
+  int mode; // 0 NaN, 1 all -inf, 2 +inf present, 3 normal
+  if (nan) {
+    mode = 0;
+    out_lse = NAN;
+  } else if (mx == -INFINITY) {
+    mode = 1;
+    out_lse = -INFINITY;
+  } else if (mx == INFINITY) {
+    mode = 2;
+    out_lse = INFINITY;
+  } else {
+    mode = 3;
+    float sum = 0.0f;
+    for (int k = 0; k < n; k++) {
+      const float x = parts[k].lse[row];
+      sum += x == -INFINITY ? 0.0f : expf(x - mx);
+    }
+    inv = 1.0f / sum;
+    out_lse = mx + logf(sum);
+  }
+  float acc[kCols];
+#pragma unroll
+  for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
+  for (int k = 0; k < n; k++) {
+    const float x = parts[k].lse[row];
+    float wk;
+    if (mode == 0) wk = NAN;
+    else if (mode == 1) wk = 0.0f;
+    else if (mode == 2) wk = x == INFINITY ? NAN : 0.0f;
+    else wk = x == -INFINITY ? 0.0f : expf(x - mx) * inv;
+    if (wk == 0.0f) continue; // a part with no keys is never read
+    const int64_t off = b * parts[k].sb + i * parts[k].ss + h * parts[k].sh;
+#pragma unroll
+    for (int u = 0; u < kCols; u++) {
+      const int c = lane + FA_GPU_WARP * u;
+      if (c < dim) acc[u] += wk * ld_any(parts[k].o, parts[k].dtype, off + c);
+    }
+  }
+  typename T::storage *dst = (typename T::storage *)o.data;
+  const int64_t off = b * o.sb + i * o.ss + h * o.sh;
+#pragma unroll
+  for (int u = 0; u < kCols; u++) {
+    const int c = lane + FA_GPU_WARP * u;
+    if (c < dim) T::store(dst + off + c, acc[u]);
+  }
+  // lse_out may be one of the parts' lse (in place): every lane has read it.
+  fa_gpu_sync_warp();
+  if (lse_out && lane == 0) lse_out[row] = out_lse;
+}
+
+inline unsigned grid_of(int64_t warps) {
+  return (unsigned)((warps + kWarps - 1) / kWarps);
+}
+
+} // namespace fa_gpu_generic
+
+/* extern "C" launchers prefix_fwd_generic ... prefix_merge; each returns the
+   runtime's error code of the launch as an int. */
+#define FA_GPU_GENERIC_LAUNCHERS(prefix, merge_part)                           \
+  extern "C" int prefix##_fwd_generic(const fa_gpu_params *p, void *stream) { \
+    using namespace fa_gpu_generic;                                            \
+    if (p->num_work <= 0) return 0;                                            \
+    size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;                \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(fwd<T>, (unsigned)p->num_work,           \
+                                      kWarps * FA_GPU_WARP, smem,              \
+                                      (fa_gpu_stream)stream, *p));             \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_combine(const fa_gpu_params *p, void *stream) {      \
+    using namespace fa_gpu_generic;                                            \
+    dim3 grid((unsigned)(p->num_work / p->num_splits),                         \
+              (unsigned)((p->block_q + kWarps - 1) / kWarps));                 \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(combine<T>, grid, kWarps * FA_GPU_WARP,  \
+                                      0, (fa_gpu_stream)stream, *p));          \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_bwd_delta(const fa_gpu_params *p, void *stream) {    \
+    using namespace fa_gpu_generic;                                            \
+    int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(bwd_delta<T>, grid_of(rows),             \
+                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      (fa_gpu_stream)stream, *p));             \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_bwd_dq(const fa_gpu_params *p, void *stream) {       \
+    using namespace fa_gpu_generic;                                            \
+    int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
+    size_t smem = sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v); \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(bwd_dq<T>, grid_of(rows),                \
+                                      kWarps * FA_GPU_WARP, smem,              \
+                                      (fa_gpu_stream)stream, *p));             \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_bwd_dkdv(const fa_gpu_params *p, void *stream) {     \
+    using namespace fa_gpu_generic;                                            \
+    int nb = p->only_batch >= 0 ? 1 : p->batch;                                \
+    int64_t rows = (int64_t)nb * p->heads_kv * p->seqlen_k;                    \
+    size_t smem = sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v); \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(bwd_dkdv<T>, grid_of(rows),              \
+                                      kWarps * FA_GPU_WARP, smem,              \
+                                      (fa_gpu_stream)stream, *p));             \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_bwd_zero_paged(const fa_gpu_params *p,               \
+                                         void *stream) {                       \
+    using namespace fa_gpu_generic;                                            \
+    int64_t rows = (int64_t)p->batch * p->heads_kv * p->seqlen_k;              \
+    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+                        FA_GPU_LAUNCH(bwd_zero_paged<T>, grid_of(rows),        \
+                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      (fa_gpu_stream)stream, *p));             \
+    return (int)fa_gpu_get_last_error();                                       \
+  }                                                                            \
+  extern "C" int prefix##_merge(int n, const merge_part *desc, int dtype,      \
+                                int batch, int seqlen, int heads,              \
+                                int head_dim, fa_gpu_view o, float *lse,       \
+                                void *stream) {                                \
+    using namespace fa_gpu_generic;                                            \
+    int64_t rows = (int64_t)batch * heads * seqlen;                            \
+    FA_GPU_DTYPE_SWITCH(dtype, T,                                              \
+                        FA_GPU_LAUNCH((merge<T, merge_part>), grid_of(rows),   \
+                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      (fa_gpu_stream)stream, n, desc, batch,   \
+                                      seqlen, heads, head_dim, o, lse));       \
+    return (int)fa_gpu_get_last_error();                                       \
+  }
+
+#endif
