@@ -17,12 +17,19 @@
 //
 // Kernels, best first:
 //   cuda.sm80.<bf16|f16>.d<64|96|128|192|256>  tensor-core forward
-//       (sm80_fwd.cuh; head_dim == head_dim_v; tile table sm80_tiles.def);
-//       backward goes to the next kernel that has one;
+//       (sm80_fwd.cuh; head_dim == head_dim_v; tile table sm80_tiles.def,
+//       with a small decode tile when the plan's q block is a few lanes);
+//       d64 and d128 also have a tensor-core backward (sm80_bwd.cuh: dQ
+//       through fp32 atomics), other dims' backward runs cuda.generic;
+//       tensors not 16-byte aligned, softcap/ALiBi/paged backward and the
+//       like fall back to the generic kernels (logged with FA_LOG=dispatch);
 //   cuda.generic  every problem with head dims <= 256, forward and backward
-//       (kernels_generic.cu).
-// FA_CUDA_GENERIC=1 in the environment makes the tensor-core kernels say
-// no, for triage and for tests that compare the two.
+//       (kernels_generic.cu; fixed summation order, no atomics).
+// Environment (triage):
+//   FA_CUDA_GENERIC=1        the tensor-core kernels say no (dispatch takes
+//                            cuda.generic; tests compare the two);
+//   FA_CUDA_DETERMINISTIC=1  backward without atomics (the generic one),
+//                            bitwise reproducible run to run.
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
@@ -442,6 +449,10 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   q.num_work = plan->num_work;
   if ((s = grid_fits(q.num_work, name))) return s;
   if ((s = split_scratch(st, &q))) return s;
+  if (core->log_enabled())
+    core->log("  %s %s: tile %d x %d (%d warps), %d kv split%s", BACKEND_NAME,
+              name, t->block_q, t->block_k, t->warps, q.num_splits,
+              q.num_splits == 1 ? "" : "s");
   if ((s = launched(inst->launch(&q, st->stream), name))) return s;
   if (q.num_splits > 1)
     return launched(fa_cuda_launch_combine(&q, st->stream),
@@ -501,6 +512,96 @@ static fa_status bwd_generic(void *state, const fa_problem *p,
       return s;
   }
   return FA_OK;
+}
+
+/* The tensor-core backward (sm80_bwd.cuh), per (dtype, head dim). */
+#define FA_SM80_BWD_INST(t, d)                                                 \
+  int fa_sm80_bwd_##t##_d##d(const fa_cuda_params *p, float *dq_acc,          \
+                             void *stream);
+#include "sm80_bwd_instances.h"
+#undef FA_SM80_BWD_INST
+
+typedef struct sm80_bwd_instance {
+  fa_dtype dtype;
+  int dim;
+  int (*launch)(const fa_cuda_params *p, float *dq_acc, void *stream);
+} sm80_bwd_instance;
+
+static const sm80_bwd_instance sm80_bwd_instances[] = {
+#define FA_SM80_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm80_bwd_##t##_d##d},
+#include "sm80_bwd_instances.h"
+#undef FA_SM80_BWD_INST
+    {FA_F32, 0, NULL}};
+
+static int env_set(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+/* dQ goes through fp32 atomics here, so its summation order varies run to
+   run; FA_CUDA_DETERMINISTIC=1 selects the generic backward (fixed order,
+   no atomics) instead. */
+static fa_status bwd_sm80(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_bwd_args *a) {
+  cuda_state *st = state;
+  const sm80_bwd_instance *inst = NULL;
+  for (const sm80_bwd_instance *i = sm80_bwd_instances; i->launch; i++)
+    if (i->dtype == p->dtype && i->dim == p->a.head_dim) inst = i;
+  const char *why = NULL;
+  if (env_set("FA_CUDA_DETERMINISTIC"))
+    why = "FA_CUDA_DETERMINISTIC is set (this backward adds dQ atomically)";
+  else if (!inst)
+    why = "no tensor-core backward for this dtype and head dim";
+  else if (p->paged)
+    why = "paged KV";
+  else if (p->a.softcap > 0.0f || p->a.alibi_slopes || !(p->a.scale > 0.0f))
+    why = "softcap, ALiBi or a scale <= 0";
+  else if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
+           !chunk_aligned(&a->v) || !chunk_aligned(&a->d_o) ||
+           !chunk_aligned(&a->dq) || !chunk_aligned(&a->dk) ||
+           !chunk_aligned(&a->dv))
+    why = "a tensor is not 16-byte aligned";
+  if (why) {
+    if (core->log_enabled())
+      core->log("  %s backward: %s; running the generic backward",
+                BACKEND_NAME, why);
+    return bwd_generic(state, p, plan, a);
+  }
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_cuda_params q;
+  fill_problem(&q, p);
+  q.q = view_of(&a->q);
+  q.k = view_of(&a->k);
+  q.v = view_of(&a->v);
+  q.o = view_of(&a->o);
+  q.d_o = view_of(&a->d_o);
+  q.dq = view_of(&a->dq);
+  q.dk = view_of(&a->dk);
+  q.dv = view_of(&a->dv);
+  q.lse_in = a->lse;
+  q.num_splits = 1;
+  q.pack_group = 1;
+  int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
+  int64_t kblocks = (int64_t)q.batch * q.heads_kv * ((q.seqlen_k + 63) / 64);
+  if ((s = grid_fits((rows_q + 3) / 4, "backward (D)")) ||
+      (s = grid_fits(kblocks, "cuda.sm80 backward")) ||
+      (s = grid_fits(rows_q * q.head_dim / 2 / 256 + 1, "backward (dQ)")))
+    return s;
+  size_t delta_bytes = ((size_t)rows_q * sizeof(float) + 255) & ~(size_t)255;
+  size_t acc_bytes = (size_t)rows_q * (size_t)q.head_dim * sizeof(float);
+  void *ws;
+  if ((s = workspace(st, delta_bytes + acc_bytes, &ws))) return s;
+  q.delta = ws;
+  float *dq_acc = (float *)((char *)ws + delta_bytes);
+  CK(cudaMemsetAsync(dq_acc, 0, acc_bytes, st->stream),
+     "cudaMemsetAsync (dQ accumulator)");
+  const char *name = p->dtype == FA_BF16 ? "cuda.sm80 bf16 backward"
+                                         : "cuda.sm80 f16 backward";
+  if ((s = launched(fa_cuda_launch_bwd_delta(&q, st->stream),
+                    "backward (D = rowsum(dO o O))")))
+    return s;
+  return launched(inst->launch(&q, dq_acc, st->stream), name);
 }
 
 /* ---- fa_merge_states -------------------------------------------------------- */
@@ -567,8 +668,7 @@ static int supports_generic(const fa_problem *p, char *why, size_t len) {
 
 static int supports_sm80(const fa_problem *p, fa_dtype dtype, int dim,
                          char *why, size_t len) {
-  const char *env = getenv("FA_CUDA_GENERIC");
-  if (env && *env && strcmp(env, "0") != 0) {
+  if (env_set("FA_CUDA_GENERIC")) {
     snprintf(why, len, "FA_CUDA_GENERIC is set");
     return 0;
   }
@@ -604,17 +704,20 @@ SM80_SUPPORTS(f16, 128)
 SM80_SUPPORTS(f16, 192)
 SM80_SUPPORTS(f16, 256)
 
-#define SM80_KERNEL(t, d)                                                      \
+#define SM80_KERNEL(t, d, bwd)                                                 \
   {.name = "cuda.sm80." #t ".d" #d,                                            \
    .supports = supports_##t##_d##d,                                            \
    .forward = fwd_sm80,                                                        \
-   .backward = NULL}
+   .backward = bwd}
 
+// d64/d128 also have a tensor-core backward; other dims' backward runs on
+// cuda.generic.
 static const fa_kernel kernels[] = {
-    SM80_KERNEL(bf16, 128), SM80_KERNEL(f16, 128), SM80_KERNEL(bf16, 64),
-    SM80_KERNEL(f16, 64),   SM80_KERNEL(bf16, 256), SM80_KERNEL(f16, 256),
-    SM80_KERNEL(bf16, 192), SM80_KERNEL(f16, 192), SM80_KERNEL(bf16, 96),
-    SM80_KERNEL(f16, 96),
+    SM80_KERNEL(bf16, 128, bwd_sm80), SM80_KERNEL(f16, 128, bwd_sm80),
+    SM80_KERNEL(bf16, 64, bwd_sm80),  SM80_KERNEL(f16, 64, bwd_sm80),
+    SM80_KERNEL(bf16, 256, NULL),     SM80_KERNEL(f16, 256, NULL),
+    SM80_KERNEL(bf16, 192, NULL),     SM80_KERNEL(f16, 192, NULL),
+    SM80_KERNEL(bf16, 96, NULL),      SM80_KERNEL(f16, 96, NULL),
     {.name = "cuda.generic",
      .supports = supports_generic,
      .forward = fwd_generic,

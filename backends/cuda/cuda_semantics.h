@@ -120,7 +120,7 @@ FA_HD void fa_cu_kv_blocks(const fa_cuda_params *p, int rows, int bk, int sq,
   fa_cu_visible(p, r1 - 1, sq, sk, &lo_last, &hi);
   if (hi <= lo) return;
   *kb_begin = lo / bk;
-  *kb_end = (hi + bk - 1) / bk;
+  *kb_end = (int)(((int64_t)hi + bk - 1) / bk); // no overflow near INT_MAX
 }
 
 /* fa_plan_split_range */

@@ -138,6 +138,8 @@ template <int D, int PITCH> struct layout {
   // row * PITCH * 2 + ((c ^ (row & 7)) << 4). Swizzled rows are multiples
   // of 128 bytes and 2 s + c = 2 s ^ c, so the chunk's low 3 bits are one
   // XOR with the constant (32 s) & 127 and its higher bits an addition.
+  // Offsets that are multiples of 128 bytes (whole rows, tiles, stages)
+  // commute with it: callers add them after, as immediates.
   static __device__ __forceinline__ uint32_t step(uint32_t base, int s) {
     return kSwizzle ? (base ^ (uint32_t)((32 * s) & 127)) +
                           (uint32_t)((32 * s) & ~127)
@@ -154,12 +156,14 @@ template <int D, int PITCH> struct layout {
 /* A value the compiler must recompute where it is used: keeps loop-invariant
    code motion from hoisting dozens of per-iteration addresses out of the
    main loop (which would cost registers the accumulators need). */
+template <bool ON = true>
 __device__ __forceinline__ int64_t opaque(int64_t x) {
-  asm volatile("" : "+l"(x));
+  if (ON) asm volatile("" : "+l"(x));
   return x;
 }
+template <bool ON = true>
 __device__ __forceinline__ uint32_t opaque32(uint32_t x) {
-  asm volatile("" : "+r"(x));
+  if (ON) asm volatile("" : "+r"(x));
   return x;
 }
 
@@ -197,6 +201,11 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   constexpr int NT = NW * 32, CH = D / 8; // threads, 16-byte chunks per row
   constexpr int NS = BK / 8, ND = D / 8;  // n-tiles of S and of O
   static_assert(BQ == 16 * MT * NW, "block_q = 16 * m_tiles * warps");
+  // Tiles whose accumulators (O, S, and Q when kept) take more than 160 of
+  // the 255 registers recompute addresses at each use (opaque()) instead
+  // of letting the compiler keep them live across the main loop: that
+  // costs instructions but avoids spills. Smaller tiles keep them.
+  constexpr bool F = MT * (D / 2 + BK / 2) + (QREG ? MT * D / 4 : 0) > 160;
   static_assert((BQ * CH) % NT == 0 && (BK * CH) % NT == 0, "tile copy");
   static_assert(D % 16 == 0 && BK % 16 == 0, "mma granularity");
   typedef layout<D, PITCH> L;
@@ -248,12 +257,12 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   auto load_kv = [&](int kb, int stage) {
     const uint32_t dk = sbase + kOffK + stage * kStage,
                    dv = sbase + kOffV + stage * kStage;
-    const int64_t kss = opaque(p.k.ss), vss = opaque(p.v.ss);
+    const int64_t kss = opaque<F>(p.k.ss), vss = opaque<F>(p.v.ss);
     const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
     const int64_t k_row0 =
-        p.paged ? 0 : opaque(fa_cu_k_offset(&p, &p.k, b, 0, hk));
+        p.paged ? 0 : opaque<F>(fa_cu_k_offset(&p, &p.k, b, 0, hk));
     const int64_t v_row0 =
-        p.paged ? 0 : opaque(fa_cu_k_offset(&p, &p.v, b, 0, hk));
+        p.paged ? 0 : opaque<F>(fa_cu_k_offset(&p, &p.v, b, 0, hk));
 #pragma unroll
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
@@ -320,8 +329,15 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       sbase + kOffK + L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
   const uint32_t v_lane =
       sbase + kOffV + L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+  // Address of chunk pair s of the lane's row, `off` bytes (whole rows)
+  // further. Small tiles swizzle first and add `off` as an immediate
+  // (fewest instructions); frugal tiles recompute all of it at each use.
+  auto lds_addr = [&](uint32_t lane_base, uint32_t off, int s) -> uint32_t {
+    return F ? L::step(opaque32<F>(lane_base) + off, s)
+             : L::step(lane_base, s) + off;
+  };
   auto q_frag = [&](uint32_t (&a)[4], int mi, int ks) {
-    ldsm_x4(a, L::step(opaque32(q_lane) + mi * 16 * PITCH * 2, ks));
+    ldsm_x4(a, lds_addr(q_lane, mi * 16 * PITCH * 2, ks));
   };
   if (QREG) {
 #pragma unroll
@@ -344,9 +360,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       for (int n = 0; n < NS; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) s[mi][n][e] = 0.0f;
-    // Q in smem: a rolled k loop keeps one k-step of fragments live.
-    constexpr int KU = QREG ? D / 16 : 1;
-#pragma unroll KU
+#pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
       uint32_t a[MT][4];
 #pragma unroll
@@ -361,7 +375,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 #pragma unroll
       for (int np = 0; np < BK / 16; np++) {
         uint32_t bk4[4];
-        ldsm_x4(bk4, L::step(opaque32(k_lane) + so + np * 16 * PITCH * 2, ks));
+        ldsm_x4(bk4, lds_addr(k_lane, so + np * 16 * PITCH * 2, ks));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(s[mi][2 * np], a[mi], bk4[0], bk4[1]);
@@ -450,7 +464,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 #pragma unroll
       for (int np = 0; np < D / 16; np++) {
         uint32_t bv[4];
-        ldsm_x4_t(bv, L::step(opaque32(v_lane) + so + kk * 16 * PITCH * 2, np));
+        ldsm_x4_t(bv, lds_addr(v_lane, so + kk * 16 * PITCH * 2, np));
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
           ops<T>::mma(o[mi][2 * np], a[mi], bv[0], bv[1]);

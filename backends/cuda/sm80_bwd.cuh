@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// The sm80 backward (FlashAttention-2's algorithm): one CTA per (batch, kv
+// head, block of 64 keys). K and V stay in shared memory; dK and dV
+// accumulate in registers over the q heads of the group and the 64-row q
+// blocks that see the keys. Per q block, with S^T computed key-major (each
+// warp owns 16 keys):
+//   P^T  = exp(S^T * scale - LSE)          (recomputed from the forward's LSE)
+//   dP^T = V dO^T,  dS^T = P^T (dP^T - D) * scale   (D = rowsum(dO o O))
+//   dV  += P^T dO,  dK += dS^T Q
+//   dQ  += dS K     (dS^T through shared memory; fp32 atomics into a dQ
+//                    accumulator, converted to the output dtype at the end)
+// Masks are applied per element from each key's visible query range. No
+// softcap, ALiBi or paged KV here (the generic backward runs those).
+// Fragment layouts: see sm80_fwd.cuh.
+#ifndef FA_CUDA_SM80_BWD_CUH
+#define FA_CUDA_SM80_BWD_CUH
+
+#include "sm80_fwd.cuh"
+
+namespace fa_sm80 {
+
+constexpr int kBwdKeys = 64, kBwdWarps = 4;
+/* q rows per inner step: 32 at d128, so that S^T and dP^T (16 registers
+   each) fit beside the 128 registers of dK and dV; 64 at d64. */
+template <int D> __host__ __device__ constexpr int bwd_rows() {
+  return D >= 128 ? 32 : 64;
+}
+
+/* K, V; Q and dO double-buffered; dS^T; LSE and D double-buffered. */
+template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
+  return (2 * kBwdKeys + 4 * bwd_rows<D>()) * D * 2 +
+         kBwdKeys * bwd_rows<D>() * 2 + 4 * bwd_rows<D>() * 4;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kBwdWarps * 32)
+    bwd_kernel(const __grid_constant__ fa_cuda_params p, float *dq_acc) {
+  constexpr int BK = kBwdKeys, BQ = bwd_rows<D>(), NT = kBwdWarps * 32;
+  constexpr int CH = D / 8, ND = D / 8, NQ = BQ / 8;
+  // dQ step: warp w takes q rows 16 (w % RG) .. and columns
+  // (w / RG) * DW .. of dS K.
+  constexpr int RG = BQ / 16, DW = D / (kBwdWarps / RG);
+  typedef layout<D, D> L;   // K, V, Q, dO tiles: rows of D elements
+  typedef layout<BQ, BQ> LS; // dS^T tile: [key][q], BQ wide
+  static_assert(BQ % 32 == 0 && kBwdWarps % RG == 0, "dQ warp split");
+  static_assert((BK * CH) % NT == 0 && (BQ * CH) % NT == 0, "tile copy");
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T *sK = reinterpret_cast<T *>(smem_raw);
+  T *sV = sK + BK * D, *sQ = sV + BK * D, *sdO = sQ + 2 * BQ * D;
+  T *sdS = sdO + 2 * BQ * D;
+  float *sL = reinterpret_cast<float *>(sdS + BK * BQ), *sDl = sL + 2 * BQ;
+  const uint32_t aK = smem_addr(sK), aV = smem_addr(sV), aQ = smem_addr(sQ),
+                 adO = smem_addr(sdO), adS = smem_addr(sdS);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int nkb = (p.seqlen_k + BK - 1) / BK;
+  const int jb = (int)(blockIdx.x % nkb);
+  const int hk = (int)(blockIdx.x / nkb % p.heads_kv);
+  const int b = (int)(blockIdx.x / nkb / p.heads_kv);
+  const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
+  const int storage = fa_cu_storage_k(&p, b), col0 = jb * BK;
+  if (col0 >= storage) return;
+  T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
+  const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
+  const T *gq = (const T *)p.q.data, *gdo = (const T *)p.d_o.data;
+
+  // ---- K, V of the block (keys past sk become zeros) ----
+#pragma unroll
+  for (int it = 0; it < BK * CH / NT; it++) {
+    const int idx = tid + it * NT, r = idx / CH, c = idx % CH, j = col0 + r;
+    const bool ok = j < sk;
+    const uint32_t so = L::offset(r, c) * 2;
+    cp_async16(aK + so, ok ? gk + fa_cu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
+               ok ? 16 : 0);
+    cp_async16(aV + so, ok ? gv + fa_cu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
+               ok ? 16 : 0);
+  }
+  cp_async_commit();
+
+  float dk[ND][4], dv[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+  // Queries that see some key of the block: both edges of a key's range
+  // move right with the key, so the first and last keys bound them.
+  int i_begin = 0, i_end = 0;
+  if (col0 < sk) {
+    int a0, a1, b0, b1;
+    fa_cu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
+    fa_cu_queries_of_key(&p, min(col0 + BK, sk) - 1, sq, sk, &b0, &b1);
+    i_begin = a0;
+    i_end = b1;
+  }
+  // This thread's keys (rows g and g + 8 of the warp's 16) and the queries
+  // each sees: the per-element mask.
+  const int kw = warp * 16;
+  int qlo[2], qhi[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int j = col0 + kw + g + 8 * hr;
+    qlo[hr] = qhi[hr] = 0;
+    if (j < sk) fa_cu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
+  }
+  const float sl2 = p.scale * kLog2e;
+
+  // Work items t = (q head of the group, q block): Q, dO, LSE and D of
+  // item t + 1 load into the other buffer while item t computes.
+  const int r_first = i_begin / BQ * BQ;
+  const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
+  const int items = nrb * p.group;
+  auto load_q = [&](int t, int buf) {
+    const int h = hk * p.group + t / nrb, r0 = r_first + t % nrb * BQ;
+    const uint32_t qb = aQ + buf * BQ * D * 2, ob = adO + buf * BQ * D * 2;
+#pragma unroll
+    for (int it = 0; it < BQ * CH / NT; it++) {
+      const int idx = tid + it * NT, r = idx / CH, c = idx % CH, i = r0 + r;
+      const bool ok = i < sq;
+      const uint32_t so = L::offset(r, c) * 2;
+      cp_async16(qb + so,
+                 ok ? gq + fa_cu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq,
+                 ok ? 16 : 0);
+      cp_async16(ob + so,
+                 ok ? gdo + fa_cu_q_offset(&p, &p.d_o, b, i, h) + c * 8 : gdo,
+                 ok ? 16 : 0);
+    }
+    if (tid < BQ) {
+      const int i = r0 + tid;
+      float l = 0.0f, dl = 0.0f;
+      if (i < sq) {
+        const int64_t ri = fa_cu_row_index(&p, b, h, i);
+        l = p.lse_in[ri];
+        dl = p.delta[ri];
+      }
+      // A row that sees no key has lse -inf; its P is 0 by the mask.
+      sL[buf * BQ + tid] = l == -INFINITY ? 0.0f : l * kLog2e;
+      sDl[buf * BQ + tid] = dl;
+    }
+  };
+  if (items > 0) load_q(0, 0);
+  cp_async_commit();
+  cp_async_wait<0>(); // K, V and the first item
+  __syncthreads();
+
+  for (int t = 0; t < items; t++) {
+    {
+      const int buf = t & 1;
+      const int h = hk * p.group + t / nrb, r0 = r_first + t % nrb * BQ;
+      if (t + 1 < items) load_q(t + 1, buf ^ 1);
+      cp_async_commit();
+      const uint32_t aQ_ = aQ + buf * BQ * D * 2, adO_ = adO + buf * BQ * D * 2;
+      const float *sL_ = sL + buf * BQ, *sDl_ = sDl + buf * BQ;
+
+      // ---- S^T = K Q^T and dP^T = V dO^T (16 keys x 64 rows a warp) ----
+      float s[NQ][4], dp[NQ][4];
+#pragma unroll
+      for (int n = 0; n < NQ; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ks++) {
+        uint32_t ak[4], av[4];
+        const uint32_t ao =
+            L::offset(kw + (lane & 7) + 8 * ((lane >> 3) & 1), ks * 2 + (lane >> 4)) * 2;
+        ldsm_x4(ak, aK + ao);
+        ldsm_x4(av, aV + ao);
+#pragma unroll
+        for (int np = 0; np < BQ / 16; np++) {
+          uint32_t bq[4], bo[4];
+          const uint32_t bo_ = L::offset(np * 16 + (lane & 7) + 8 * (lane >> 4),
+                                         ks * 2 + ((lane >> 3) & 1)) * 2;
+          ldsm_x4(bq, aQ_ + bo_);
+          ldsm_x4(bo, adO_ + bo_);
+          ops<T>::mma(s[2 * np], ak, bq[0], bq[1]);
+          ops<T>::mma(s[2 * np + 1], ak, bq[2], bq[3]);
+          ops<T>::mma(dp[2 * np], av, bo[0], bo[1]);
+          ops<T>::mma(dp[2 * np + 1], av, bo[2], bo[3]);
+        }
+      }
+
+      // ---- P^T, dS^T (masked elements: P = 0) ----
+#pragma unroll
+      for (int n = 0; n < NQ; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int hr = e >> 1, qc = n * 8 + 2 * t4 + (e & 1), i = r0 + qc;
+          const bool vis = i >= qlo[hr] && i < qhi[hr];
+          const float pr = vis ? ex2(fmaf(s[n][e], sl2, -sL_[qc])) : 0.0f;
+          s[n][e] = pr;
+          dp[n][e] = pr * (dp[n][e] - sDl_[qc]) * p.scale;
+        }
+
+      // ---- dV += P^T dO, dK += dS^T Q (the k dimension is the q rows) ----
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; kk++) {
+        uint32_t ap[4], ad[4];
+        ap[0] = ops<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        ap[1] = ops<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        ap[2] = ops<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        ap[3] = ops<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        ad[0] = ops<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
+        ad[1] = ops<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
+        ad[2] = ops<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+        ad[3] = ops<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+        for (int np = 0; np < D / 16; np++) {
+          uint32_t bo[4], bq[4];
+          const uint32_t off =
+              L::offset(kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1),
+                        np * 2 + (lane >> 4)) * 2;
+          ldsm_x4_t(bo, adO_ + off);
+          ldsm_x4_t(bq, aQ_ + off);
+          ops<T>::mma(dv[2 * np], ap, bo[0], bo[1]);
+          ops<T>::mma(dv[2 * np + 1], ap, bo[2], bo[3]);
+          ops<T>::mma(dk[2 * np], ad, bq[0], bq[1]);
+          ops<T>::mma(dk[2 * np + 1], ad, bq[2], bq[3]);
+        }
+      }
+
+      // ---- dS^T to shared memory, then dQ (16 rows a warp) = dS K ----
+#pragma unroll
+      for (int n = 0; n < NQ; n++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+          *reinterpret_cast<uint32_t *>(sdS + LS::offset(kw + g + 8 * hr, n) +
+                                        2 * t4) =
+              ops<T>::pack(dp[n][2 * hr], dp[n][2 * hr + 1]);
+      __syncthreads();
+      constexpr int NDW = DW / 8;
+      const int qw = (warp % RG) * 16, dw = (warp / RG) * DW;
+      float dq[NDW][4];
+#pragma unroll
+      for (int n = 0; n < NDW; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) {
+        uint32_t a[4];
+        // A = dS (rows q, cols keys) read transposed from dS^T [key][q].
+        ldsm_x4_t(a, adS + LS::offset(kk * 16 + (lane & 7) + 8 * (lane >> 4),
+                                      qw / 8 + ((lane >> 3) & 1)) * 2);
+#pragma unroll
+        for (int np = 0; np < DW / 16; np++) {
+          uint32_t bk[4];
+          ldsm_x4_t(bk, aK + L::offset(kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                       dw / 8 + np * 2 + (lane >> 4)) * 2);
+          ops<T>::mma(dq[2 * np], a, bk[0], bk[1]);
+          ops<T>::mma(dq[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        const int i = r0 + qw + g + 8 * hr;
+        if (i >= sq) continue;
+        float *row = dq_acc +
+                     (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + dw;
+#pragma unroll
+        for (int n = 0; n < NDW; n++) {
+          atomicAdd(row + n * 8 + 2 * t4, dq[n][2 * hr]);
+          atomicAdd(row + n * 8 + 2 * t4 + 1, dq[n][2 * hr + 1]);
+        }
+      }
+      cp_async_wait<0>(); // the next item's Q, dO have landed
+      __syncthreads();    // and nobody reads this buffer or dS^T any more
+    }
+  }
+
+  // ---- dK, dV of this warp's keys; rows past seqused_k get zeros ----
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int j = col0 + kw + g + 8 * hr;
+    if (j >= storage) continue;
+    const bool real = j < sk;
+    T *rk = gdk + fa_cu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
+    T *rv = gdv + fa_cu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+      *reinterpret_cast<uint32_t *>(rk + n * 8) =
+          real ? ops<T>::pack(dk[n][2 * hr], dk[n][2 * hr + 1]) : 0u;
+      *reinterpret_cast<uint32_t *>(rv + n * 8) =
+          real ? ops<T>::pack(dv[n][2 * hr], dv[n][2 * hr + 1]) : 0u;
+    }
+  }
+}
+
+/* dq = the fp32 accumulator, in the output dtype, rows of real queries. */
+template <typename T, int D>
+__global__ void __launch_bounds__(256)
+    bwd_dq_store(const __grid_constant__ fa_cuda_params p, const float *dq_acc) {
+  const int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x;
+  const int64_t n = (int64_t)p.batch * p.seqlen_q * p.heads_q * (D / 2);
+  if (idx >= n) return;
+  const int d = (int)(idx % (D / 2)) * 2;
+  const int h = (int)(idx / (D / 2) % p.heads_q);
+  const int i = (int)(idx / (D / 2) / p.heads_q % p.seqlen_q);
+  const int b = (int)(idx / (D / 2) / p.heads_q / p.seqlen_q);
+  if (i >= fa_cu_len_q(&p, b)) return;
+  const float *src = dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
+  T *dst = (T *)p.dq.data + fa_cu_q_offset(&p, &p.dq, b, i, h) + d;
+  *reinterpret_cast<uint32_t *>(dst) = ops<T>::pack(src[0], src[1]);
+}
+
+template <typename T, int D>
+int launch_bwd(const fa_cuda_params *p, float *dq_acc, void *stream) {
+  constexpr int smem = bwd_smem_bytes<D>();
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaError_t e = cudaFuncSetAttribute(
+      bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return (int)e;
+  const int64_t nkb = (p->seqlen_k + kBwdKeys - 1) / kBwdKeys;
+  const int64_t ctas = nkb * p->heads_kv * p->batch;
+  bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);
+  if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
+  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
+  bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
+  return (int)cudaGetLastError();
+}
+
+} // namespace fa_sm80
+
+/* extern "C" launcher fa_sm80_bwd_<dtype>_d<dim>. */
+#define FA_SM80_BWD_INSTANCE(T, tname, D)                                      \
+  extern "C" int fa_sm80_bwd_##tname##_d##D(const fa_cuda_params *p,          \
+                                            float *dq_acc, void *stream) {    \
+    return fa_sm80::launch_bwd<T, D>(p, dq_acc, stream);                       \
+  }
+
+#endif

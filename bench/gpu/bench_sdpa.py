@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""flashattn's CUDA backend against PyTorch SDPA, side by side in one run.
+
+Shapes of the FlashAttention papers: 16k tokens in total, hidden 2048, so
+batch = 16384 / s and heads = 2048 / d, for s = 512 ... 16k, d = 64 / 128,
+causal and not, bf16 (fp16 with --dtype f16). Each shape is run through
+
+  ours    libflashattn (fa_plan_forward, backend cuda-sm80) via ctypes, on
+          PyTorch's current stream, tensors in BSHD layout;
+  FA2     torch SDPA under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+          (FlashAttention-2 inside PyTorch);
+  cuDNN   torch SDPA under sdpa_kernel(SDPBackend.CUDNN_ATTENTION);
+
+on the same q, k, v (SDPA gets the BHSD views of the same storage). Time:
+CUDA events around `iters` back-to-back calls, per-call median of `reps`
+such runs, after warm-up. FLOPs: 4 * b * h * s * s * d, halved when causal
+(FlashAttention's convention). Each shape's output is also compared with
+FA2's (relative Frobenius difference), so a fast wrong kernel shows.
+
+--bwd also times fa_backward against FA2's backward (autograd through SDPA
+flash), FLOPs 2.5x the forward's.
+
+--decode also times decoding (one query per sequence; b 8, 32 q heads, 8 kv
+heads, d 128, kv length 4k ... 128k) and reports the K/V bytes read per
+second next to a device-to-device copy measured in the same run.
+
+  python3 bench/gpu/bench_sdpa.py --lib build-cuda/libflashattn.so \
+      [--quick] [--bwd] [--decode] [--dtype bf16|f16] [--json FILE]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FA_F16, FA_BF16 = 1, 2
+FA_CAUSAL_BOTTOM_RIGHT = 1
+
+
+class FaTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("stride_batch", ctypes.c_int64),
+                ("stride_seq", ctypes.c_int64),
+                ("stride_head", ctypes.c_int64)]
+
+
+class FaAttention(ctypes.Structure):
+    # include/flashattn.h, field for field.
+    _fields_ = [("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int),
+                ("seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
+                ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int),
+                ("head_dim_v", ctypes.c_int), ("scale", ctypes.c_float),
+                ("causal", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("window_right", ctypes.c_int), ("softcap", ctypes.c_float),
+                ("alibi_slopes", ctypes.c_void_p), ("sinks", ctypes.c_void_p),
+                ("cu_seqlens_q", ctypes.c_void_p),
+                ("cu_seqlens_k", ctypes.c_void_p),
+                ("seqused_k", ctypes.c_void_p),
+                ("block_table", ctypes.c_void_p),
+                ("max_blocks_per_seq", ctypes.c_int),
+                ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int)]
+
+
+class Flashattn:
+    def __init__(self, path, backend):
+        self.lib = ctypes.CDLL(path)
+        L = self.lib
+        L.fa_last_error.restype = ctypes.c_char_p
+        L.fa_version.restype = ctypes.c_char_p
+        L.fa_context_create_by_name.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+        L.fa_context_set_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        L.fa_attention_init.argtypes = [ctypes.POINTER(FaAttention)]
+        L.fa_plan_create.argtypes = [ctypes.c_void_p,
+                                     ctypes.POINTER(FaAttention), ctypes.c_int,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+        L.fa_plan_forward.argtypes = [ctypes.c_void_p, FaTensor, FaTensor,
+                                      FaTensor, FaTensor, ctypes.c_void_p]
+        L.fa_plan_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                       ctypes.c_size_t]
+        L.fa_plan_destroy.argtypes = [ctypes.c_void_p]
+        L.fa_explain.argtypes = [ctypes.POINTER(FaAttention), ctypes.c_int,
+                                 ctypes.c_char_p, ctypes.c_size_t]
+        L.fa_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(FaAttention),
+                                 FaTensor, FaTensor, FaTensor, FaTensor,
+                                 ctypes.c_void_p]
+        L.fa_backward.argtypes = [ctypes.c_void_p,
+                                  ctypes.POINTER(FaAttention), FaTensor,
+                                  FaTensor, FaTensor, FaTensor, FaTensor,
+                                  ctypes.c_void_p, FaTensor, FaTensor,
+                                  FaTensor]
+        self.ctx = ctypes.c_void_p()
+        self.check(L.fa_context_create_by_name(ctypes.byref(self.ctx),
+                                               backend.encode()),
+                   "fa_context_create_by_name(%s)" % backend)
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError("%s: status %d: %s" % (
+                what, status, self.lib.fa_last_error().decode()))
+
+    def set_stream(self, stream):
+        self.check(self.lib.fa_context_set_stream(self.ctx, stream),
+                   "fa_context_set_stream")
+
+    def plan(self, a, dtype):
+        plan = ctypes.c_void_p()
+        st = self.lib.fa_plan_create(self.ctx, ctypes.byref(a), dtype,
+                                     ctypes.byref(plan))
+        if st != 0:
+            buf = ctypes.create_string_buffer(8192)
+            self.lib.fa_explain(ctypes.byref(a), dtype, buf, 8192)
+            raise RuntimeError("fa_plan_create: %s\n%s" % (
+                self.lib.fa_last_error().decode(), buf.value.decode()))
+        buf = ctypes.create_string_buffer(1024)
+        self.lib.fa_plan_describe(plan, buf, 1024)
+        return plan, buf.value.decode()
+
+
+def bshd(t, dtype):
+    """fa_tensor over a [b, s, h, d] tensor with a contiguous last dim."""
+    assert t.stride(3) == 1
+    return FaTensor(t.data_ptr(), dtype, t.stride(0), t.stride(1), t.stride(2))
+
+
+def time_calls(fn, iters, reps=5, warmup=3):
+    """Median per-call milliseconds of `iters` back-to-back calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def rel_err(a, b):
+    a = a.float()
+    b = b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def forward_suite(fa, args, tdtype, fdtype):
+    rows = []
+    seqs = [512, 1024, 2048, 4096, 8192, 16384]
+    dims = [64, 128]
+    if args.quick:
+        seqs = [1024, 4096, 16384]
+    for d in dims:
+        for causal in (False, True):
+            for s in seqs:
+                b, h = 16384 // s, 2048 // d
+                q = torch.randn(b, s, h, d, device="cuda", dtype=tdtype)
+                k = torch.randn_like(q)
+                v = torch.randn_like(q)
+                o = torch.empty_like(q)
+                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+                a = FaAttention()
+                fa.lib.fa_attention_init(ctypes.byref(a))
+                a.batch, a.seqlen_q, a.seqlen_k = b, s, s
+                a.heads_q = a.heads_kv = h
+                a.head_dim = d
+                a.causal = FA_CAUSAL_BOTTOM_RIGHT if causal else 0
+                plan, desc = fa.plan(a, fdtype)
+                tq, tk, tv, to = (bshd(x, fdtype) for x in (q, k, v, o))
+
+                def ours():
+                    st = fa.lib.fa_plan_forward(plan, tq, tk, tv, to,
+                                                lse.data_ptr())
+                    if st:
+                        fa.check(st, "fa_plan_forward")
+
+                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+                def sdpa(backend):
+                    def run():
+                        with sdpa_kernel(backend):
+                            return torch.nn.functional.scaled_dot_product_attention(
+                                qt, kt, vt, is_causal=causal)
+                    return run
+
+                flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
+                iters = max(3, min(50, int(2e12 / flops)))
+                ours()
+                ref = sdpa(SDPBackend.FLASH_ATTENTION)()
+                err = rel_err(o, ref.transpose(1, 2))
+                t_ours = time_calls(ours, iters)
+                t_fa2 = time_calls(sdpa(SDPBackend.FLASH_ATTENTION), iters)
+                try:
+                    t_cudnn = time_calls(sdpa(SDPBackend.CUDNN_ATTENTION),
+                                         iters)
+                except Exception as e:  # cuDNN may refuse a shape
+                    print("  cuDNN: %s" % str(e).splitlines()[0])
+                    t_cudnn = float("nan")
+                kernel = desc.split("kernel=")[1].split()[0]
+                row = dict(d=d, causal=causal, s=s, b=b, h=h, kernel=kernel,
+                           ours_ms=t_ours, fa2_ms=t_fa2, cudnn_ms=t_cudnn,
+                           ours_tflops=flops / t_ours / 1e9,
+                           fa2_tflops=flops / t_fa2 / 1e9,
+                           cudnn_tflops=flops / t_cudnn / 1e9,
+                           err_vs_fa2=err, plan=desc)
+                rows.append(row)
+                print("d%-3d %-6s s=%-5d b=%-2d h=%-2d  ours %6.1f  FA2 %6.1f  "
+                      "cuDNN %6.1f TFLOPS  ours/FA2 %.2f  err %.1e  [%s]" % (
+                          d, "causal" if causal else "full", s, b, h,
+                          row["ours_tflops"], row["fa2_tflops"],
+                          row["cudnn_tflops"],
+                          row["ours_tflops"] / row["fa2_tflops"], err, kernel),
+                      flush=True)
+                fa.lib.fa_plan_destroy(plan)
+                del q, k, v, o, lse, ref
+    return rows
+
+
+def backward_suite(fa, args, tdtype, fdtype):
+    """fa_backward against FA2's backward (autograd through SDPA flash);
+    FLOPs 2.5x the forward's."""
+    rows = []
+    seqs = [1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192,
+                                                  16384]
+    for d in (64, 128):
+        for causal in (False, True):
+            for s in seqs:
+                b, h = 16384 // s, 2048 // d
+                q = torch.randn(b, s, h, d, device="cuda", dtype=tdtype)
+                k = torch.randn_like(q)
+                v = torch.randn_like(q)
+                do = torch.randn_like(q)
+                o = torch.empty_like(q)
+                dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+                a = FaAttention()
+                fa.lib.fa_attention_init(ctypes.byref(a))
+                a.batch, a.seqlen_q, a.seqlen_k = b, s, s
+                a.heads_q = a.heads_kv = h
+                a.head_dim = d
+                a.causal = FA_CAUSAL_BOTTOM_RIGHT if causal else 0
+                T = [bshd(x, fdtype) for x in (q, k, v, o, do, dq, dk, dv)]
+                fa.check(fa.lib.fa_forward(fa.ctx, ctypes.byref(a), T[0], T[1],
+                                           T[2], T[3], lse.data_ptr()),
+                         "fa_forward")
+
+                def ours():
+                    st = fa.lib.fa_backward(fa.ctx, ctypes.byref(a), T[0],
+                                            T[1], T[2], T[3], T[4],
+                                            lse.data_ptr(), T[5], T[6], T[7])
+                    if st:
+                        fa.check(st, "fa_backward")
+
+                qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_()
+                              for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    out = torch.nn.functional.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=causal)
+                gout = do.transpose(1, 2)
+
+                def fa2():
+                    return torch.autograd.grad(out, (qt, kt, vt), gout,
+                                               retain_graph=True)
+
+                ref = fa2()
+                ours()
+                err = max(rel_err(dq, ref[0].transpose(1, 2)),
+                          rel_err(dk, ref[1].transpose(1, 2)),
+                          rel_err(dv, ref[2].transpose(1, 2)))
+                flops = 2.5 * 4.0 * b * h * s * s * d / (2 if causal else 1)
+                iters = max(2, min(20, int(2e12 / flops)))
+                t_ours = time_calls(ours, iters, reps=3, warmup=1)
+                t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
+                row = dict(d=d, causal=causal, s=s, b=b, h=h, ours_ms=t_ours,
+                           fa2_ms=t_fa2, ours_tflops=flops / t_ours / 1e9,
+                           fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err)
+                rows.append(row)
+                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  FA2 %6.1f TFLOPS  "
+                      "ours/FA2 %.2f  err %.1e" % (
+                          d, "causal" if causal else "full", s,
+                          row["ours_tflops"], row["fa2_tflops"],
+                          row["ours_tflops"] / row["fa2_tflops"], err),
+                      flush=True)
+                del q, k, v, do, o, dq, dk, dv, lse, qt, kt, vt, out, ref
+    return rows
+
+
+def decode_suite(fa, args, tdtype, fdtype):
+    rows = []
+    b, hq, hkv, d = 8, 32, 8, 128
+    # The copy ceiling, measured here: read + write bytes per second.
+    x = torch.empty(2 * 1024**3 // 2, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+    t = time_calls(lambda: y.copy_(x), 5)
+    copy_tbs = 2 * x.numel() * 2 / t / 1e9
+    del x, y
+    print("device-to-device copy: %.2f TB/s (read + write)" % copy_tbs)
+    lens = [4096, 16384, 32768, 65536, 131072]
+    if args.quick:
+        lens = [4096, 32768, 131072]
+    for sk in lens:
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=tdtype)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=tdtype)
+        v = torch.randn_like(k)
+        o = torch.empty_like(q)
+        lse = torch.empty(b, hq, 1, device="cuda", dtype=torch.float32)
+        a = FaAttention()
+        fa.lib.fa_attention_init(ctypes.byref(a))
+        a.batch, a.seqlen_q, a.seqlen_k = b, 1, sk
+        a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
+        plan, desc = fa.plan(a, fdtype)
+        tq, tk, tv, to = (bshd(x, fdtype) for x in (q, k, v, o))
+
+        def ours():
+            st = fa.lib.fa_plan_forward(plan, tq, tk, tv, to, lse.data_ptr())
+            if st:
+                fa.check(st, "fa_plan_forward")
+
+        ms = time_calls(ours, 20)
+        kv_bytes = 2.0 * b * sk * hkv * d * 2
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.transpose(1, 2).float(),
+            v.transpose(1, 2).float(), enable_gqa=True)
+        err = rel_err(o, ref.transpose(1, 2))
+        tbs = kv_bytes / ms / 1e9
+        kernel = desc.split("kernel=")[1].split()[0]
+        splits = desc.split("kv_splits=")[1].split()[0]
+        rows.append(dict(sk=sk, ms=ms, tbs=tbs, copy_tbs=copy_tbs,
+                         kernel=kernel, splits=int(splits), err=err,
+                         plan=desc))
+        print("decode b%d hq%d hkv%d d%d kv=%-6d  %.3f ms  %.2f TB/s  "
+              "(%.0f%% of copy)  err %.1e  [%s, %s splits]" % (
+                  b, hq, hkv, d, sk, ms, tbs, 100 * tbs / copy_tbs, err,
+                  kernel, splits), flush=True)
+        fa.lib.fa_plan_destroy(plan)
+        del q, k, v, o, lse
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default="build-cuda/libflashattn.so")
+    ap.add_argument("--backend", default="cuda-sm80")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--bwd", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    tdtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    fdtype = FA_BF16 if args.dtype == "bf16" else FA_F16
+    fa = Flashattn(os.path.abspath(args.lib), args.backend)
+    fa.set_stream(torch.cuda.current_stream().cuda_stream)
+    torch.manual_seed(0)
+    info = dict(device=torch.cuda.get_device_name(),
+                torch=torch.__version__,
+                flashattn=fa.lib.fa_version().decode(), dtype=args.dtype)
+    print("device %s, torch %s, flashattn %s, %s" % (
+        info["device"], info["torch"], info["flashattn"], args.dtype))
+    out = dict(info=info)
+    if not args.no_forward:
+        out["forward"] = forward_suite(fa, args, tdtype, fdtype)
+    if args.bwd:
+        out["backward"] = backward_suite(fa, args, tdtype, fdtype)
+    if args.decode:
+        out["decode"] = decode_suite(fa, args, tdtype, fdtype)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    # The short table, last.
+    if "forward" in out:
+        print("\nforward %s TFLOPS (16k tokens, hidden 2048)" % args.dtype)
+        print("| d | mask | s | ours | FA2 | cuDNN | ours/FA2 |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in out["forward"]:
+            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
+                r["d"], "causal" if r["causal"] else "full", r["s"],
+                r["ours_tflops"], r["fa2_tflops"], r["cudnn_tflops"],
+                r["ours_tflops"] / r["fa2_tflops"]))
+    if "backward" in out:
+        print("\nbackward %s TFLOPS (2.5x forward FLOPs)" % args.dtype)
+        print("| d | mask | s | ours | FA2 | ours/FA2 |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in out["backward"]:
+            print("| %d | %s | %d | %.0f | %.0f | %.2f |" % (
+                r["d"], "causal" if r["causal"] else "full", r["s"],
+                r["ours_tflops"], r["fa2_tflops"],
+                r["ours_tflops"] / r["fa2_tflops"]))
+    if "decode" in out:
+        print("\ndecode (b8, 32/8 heads, d128): K/V TB/s")
+        print("| kv len | ours TB/s | copy TB/s |")
+        print("| --- | --- | --- |")
+        for r in out["decode"]:
+            print("| %d | %.2f | %.2f |" % (r["sk"], r["tbs"], r["copy_tbs"]))
+    bad = [r for r in out.get("forward", []) if not r["err_vs_fa2"] < 2e-2]
+    bad += [r for r in out.get("decode", []) if not r["err"] < 2e-2]
+    bad += [r for r in out.get("backward", []) if not r["err_vs_fa2"] < 5e-2]
+    if bad:
+        print("\nMISMATCH against the reference in %d shapes" % len(bad))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Run a few flashattn forward shapes once each, for a profiler to catch.
+
+  ncu --clock-control none -k regex:fwd_kernel python3 bench/gpu/profile_one.py \
+      --lib build-cuda/libflashattn.so [shape ...]
+
+Shapes (default: all): d64, d128, d128c (causal), decode (b8, 32/8 heads,
+d128, kv 32k). Uses bench_sdpa.py's ctypes binding.
+"""
+import argparse
+import ctypes
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_sdpa as B  # noqa: E402
+
+SHAPES = {
+    # name: (b, sq, sk, hq, hkv, d, causal)
+    "d64": (1, 16384, 16384, 32, 32, 64, False),
+    "d128": (1, 16384, 16384, 16, 16, 128, False),
+    "d128c": (1, 16384, 16384, 16, 16, 128, True),
+    "decode": (8, 1, 32768, 32, 8, 128, False),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build-cuda/libflashattn.so")
+    ap.add_argument("shapes", nargs="*", default=list(SHAPES))
+    args = ap.parse_args()
+    fa = B.Flashattn(os.path.abspath(args.lib), "cuda-sm80")
+    fa.set_stream(torch.cuda.current_stream().cuda_stream)
+    for name in args.shapes:
+        b, sq, sk, hq, hkv, d, causal = SHAPES[name]
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        o = torch.empty_like(q)
+        lse = torch.empty(b, hq, sq, device="cuda", dtype=torch.float32)
+        a = B.FaAttention()
+        fa.lib.fa_attention_init(ctypes.byref(a))
+        a.batch, a.seqlen_q, a.seqlen_k = b, sq, sk
+        a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
+        a.causal = B.FA_CAUSAL_BOTTOM_RIGHT if causal else 0
+        plan, desc = fa.plan(a, B.FA_BF16)
+        print(name, desc, flush=True)
+        st = fa.lib.fa_plan_forward(plan, B.bshd(q, B.FA_BF16),
+                                    B.bshd(k, B.FA_BF16), B.bshd(v, B.FA_BF16),
+                                    B.bshd(o, B.FA_BF16), lse.data_ptr())
+        fa.check(st, "fa_plan_forward")
+        torch.cuda.synchronize()
+        fa.lib.fa_plan_destroy(plan)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend on a device (SKIP, exit 77, without one):
+//   - memory, copies, streams (a stream made by the CUDA runtime), errors
+//     (out of memory -> FA_ERR_OUT_OF_MEMORY; a bad pointer ->
+//     FA_ERR_BACKEND with the CUDA error text, and the context still works);
+//   - GPU against CPU on the same inputs, forward and backward, over masks,
+//     softcap, ALiBi, sinks, GQA, varlen, seqused_k, paged KV, odd dims;
+//   - the tensor-core kernels against the generic one (FA_CUDA_GENERIC=1),
+//     split-KV (decode shapes) included, and run-to-run determinism;
+//   - fa_merge_states on the device against the CPU's.
+// The float64-oracle grid is tests/xval (xval.cuda-sm80.*).
+//   test_cuda_gpu [--quick]   (--quick: the small subset run under
+//                              compute-sanitizer)
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashattn.h"
+#include "tensor.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    checks++;                                                                  \
+    if (!(cond)) {                                                             \
+      failures++;                                                              \
+      printf("FAIL line %d: ", __LINE__);                                      \
+      printf(__VA_ARGS__);                                                     \
+      printf("\n");                                                            \
+    }                                                                          \
+  } while (0)
+
+static fa_context *cpu, *gpu;
+static ts_rng rng;
+
+/* ---- a problem with host and device copies of everything ---------------- */
+
+typedef struct prob {
+  const char *name;
+  fa_dtype dt;
+  int b, sq, sk, hq, hkv, d, dv;
+  int causal, wl, wr;
+  float cap;
+  int alibi, sinks;
+  int layout; // 0 dense, 1 varlen (+ seqused_k), 2 paged (+ seqused_k)
+  int page;
+} prob;
+
+typedef struct buf {
+  void *h, *g; // host, device
+  size_t bytes;
+} buf;
+
+enum { Q, K, V, O, DO_, DQ, DK, DV, LSE, CUQ, CUK, USED, TABLE, SLOPES,
+       SINKS, NB };
+
+typedef struct inst {
+  prob pr;
+  fa_attention ah, ag; // arrays on host / device
+  buf x[NB];
+  fa_tensor th[8], tg[8]; // q k v o do dq dk dv views (host / device)
+  int *lq, *lk;
+} inst;
+
+static int buf_make(buf *b, size_t bytes) {
+  b->bytes = bytes ? bytes : 4;
+  b->h = calloc(1, b->bytes);
+  if (!b->h) return -1;
+  return fa_malloc(gpu, b->bytes, &b->g) ? -1 : 0;
+}
+
+static void inst_free(inst *s) {
+  for (int i = 0; i < NB; i++) {
+    free(s->x[i].h);
+    if (s->x[i].g) fa_free(gpu, s->x[i].g);
+  }
+  free(s->lq);
+  free(s->lk);
+}
+
+static void fill(buf *b, fa_dtype t) {
+  size_t n = b->bytes / ts_dtype_size(t);
+  for (size_t i = 0; i < n; i++) ts_store(b->h, t, (int64_t)i, ts_rng_normal(&rng));
+}
+
+static int upload(inst *s, int i) {
+  return fa_copy_to_device(gpu, s->x[i].g, s->x[i].h, s->x[i].bytes) ? -1 : 0;
+}
+
+static int inst_make(inst *s, const prob *pr) {
+  memset(s, 0, sizeof *s);
+  s->pr = *pr;
+  const int B = pr->b;
+  fa_attention *a = &s->ah;
+  fa_attention_init(a);
+  a->batch = B;
+  a->seqlen_q = pr->sq;
+  a->seqlen_k = pr->sk;
+  a->heads_q = pr->hq;
+  a->heads_kv = pr->hkv;
+  a->head_dim = pr->d;
+  a->head_dim_v = pr->dv;
+  a->causal = pr->causal;
+  a->window_left = pr->wl;
+  a->window_right = pr->wr;
+  a->softcap = pr->cap;
+  s->lq = calloc((size_t)B, sizeof(int));
+  s->lk = calloc((size_t)B, sizeof(int));
+  if (!s->lq || !s->lk) return -1;
+  int tq = 0, tk = 0;
+  for (int b = 0; b < B; b++) {
+    s->lq[b] = pr->layout == 1 && b ? ts_rng_int(&rng, 0, pr->sq) : pr->sq;
+    s->lk[b] = pr->layout == 1 && b ? ts_rng_int(&rng, 0, pr->sk) : pr->sk;
+    tq += s->lq[b];
+    tk += s->lk[b];
+  }
+  size_t es = ts_dtype_size(pr->dt);
+  int64_t qrows = pr->layout == 1 ? tq : (int64_t)B * pr->sq;
+  int64_t krows = pr->layout == 1 ? tk : (int64_t)B * pr->sk;
+  int pages = 0;
+  if (pr->layout == 2) {
+    int mb = (pr->sk + pr->page - 1) / pr->page;
+    pages = B * mb + 3;
+    krows = (int64_t)pages * pr->page;
+    a->page_size = pr->page;
+    a->max_blocks_per_seq = mb;
+    a->num_pages = pages;
+    if (buf_make(&s->x[TABLE], sizeof(int32_t) * B * mb)) return -1;
+    int *perm = malloc(sizeof(int) * pages);
+    if (!perm) return -1;
+    for (int i = 0; i < pages; i++) perm[i] = i;
+    ts_rng_shuffle(&rng, perm, pages);
+    for (int i = 0; i < B * mb; i++) ((int32_t *)s->x[TABLE].h)[i] = perm[i];
+    free(perm);
+    a->block_table = s->x[TABLE].h;
+  }
+  if (pr->layout) {
+    if (buf_make(&s->x[USED], sizeof(int32_t) * B)) return -1;
+    int32_t *u = s->x[USED].h;
+    for (int b = 0; b < B; b++) u[b] = b ? ts_rng_int(&rng, 0, s->lk[b]) : s->lk[b];
+    a->seqused_k = u;
+  }
+  if (pr->layout == 1) {
+    if (buf_make(&s->x[CUQ], sizeof(int32_t) * (B + 1)) ||
+        buf_make(&s->x[CUK], sizeof(int32_t) * (B + 1)))
+      return -1;
+    int32_t *cq = s->x[CUQ].h, *ck = s->x[CUK].h;
+    cq[0] = ck[0] = 0;
+    for (int b = 0; b < B; b++) {
+      cq[b + 1] = cq[b] + s->lq[b];
+      ck[b + 1] = ck[b] + s->lk[b];
+    }
+    a->cu_seqlens_q = cq;
+    a->cu_seqlens_k = ck;
+  }
+  if (pr->alibi) {
+    if (buf_make(&s->x[SLOPES], sizeof(float) * pr->hq)) return -1;
+    for (int h = 0; h < pr->hq; h++)
+      ((float *)s->x[SLOPES].h)[h] = (float)pow(2.0, -8.0 * (h + 1) / pr->hq);
+    a->alibi_slopes = s->x[SLOPES].h;
+  }
+  if (pr->sinks) {
+    if (buf_make(&s->x[SINKS], sizeof(float) * pr->hq)) return -1;
+    for (int h = 0; h < pr->hq; h++)
+      ((float *)s->x[SINKS].h)[h] = (float)ts_rng_normal(&rng);
+    a->sinks = s->x[SINKS].h;
+  }
+  // Dense BSHD views; varlen: one batch of all rows; paged: the page pool.
+  int dims[8] = {pr->d, pr->d, pr->dv, pr->dv, pr->dv, pr->d, pr->d, pr->dv};
+  int heads[8] = {pr->hq, pr->hkv, pr->hkv, pr->hq, pr->hq, pr->hq, pr->hkv,
+                  pr->hkv};
+  for (int i = 0; i < 8; i++) {
+    int klike = i == K || i == V || i == DK || i == DV;
+    int64_t rows = klike ? krows : qrows;
+    if (buf_make(&s->x[i], (size_t)rows * heads[i] * dims[i] * es)) return -1;
+    fa_tensor t = {s->x[i].h, pr->dt, 0, (int64_t)heads[i] * dims[i], dims[i]};
+    if (pr->layout == 0 || (pr->layout == 2 && !klike))
+      t.stride_batch = (int64_t)(klike ? pr->sk : pr->sq) * heads[i] * dims[i];
+    if (pr->layout == 2 && klike)
+      t.stride_batch = (int64_t)pr->page * heads[i] * dims[i];
+    s->th[i] = t;
+    s->tg[i] = t;
+    s->tg[i].data = s->x[i].g;
+  }
+  fill(&s->x[Q], pr->dt);
+  fill(&s->x[K], pr->dt);
+  fill(&s->x[V], pr->dt);
+  fill(&s->x[DO_], pr->dt);
+  if (buf_make(&s->x[LSE], sizeof(float) * B * pr->hq * pr->sq)) return -1;
+  for (int i = 0; i < NB; i++)
+    if (s->x[i].h && upload(s, i)) return -1;
+  s->ag = s->ah;
+  if (s->ah.cu_seqlens_q) s->ag.cu_seqlens_q = s->x[CUQ].g;
+  if (s->ah.cu_seqlens_k) s->ag.cu_seqlens_k = s->x[CUK].g;
+  if (s->ah.seqused_k) s->ag.seqused_k = s->x[USED].g;
+  if (s->ah.block_table) s->ag.block_table = s->x[TABLE].g;
+  if (s->ah.alibi_slopes) s->ag.alibi_slopes = s->x[SLOPES].g;
+  if (s->ah.sinks) s->ag.sinks = s->x[SINKS].g;
+  return 0;
+}
+
+/* ---- comparisons ----------------------------------------------------------- */
+
+static double *widen(const void *p, fa_dtype t, size_t n) {
+  double *d = malloc(sizeof(double) * (n ? n : 1));
+  if (d)
+    for (size_t i = 0; i < n; i++) d[i] = ts_load(p, t, (int64_t)i);
+  return d;
+}
+
+/* Relative Frobenius difference of two buffers of n elements. */
+static double diff(const void *a, const void *b, fa_dtype t, size_t n) {
+  double *x = widen(a, t, n), *y = widen(b, t, n);
+  double e = x && y ? ts_rel_err(x, y, n) : INFINITY;
+  size_t first = 0;
+  if (x && y && ts_nonfinite_parity(x, y, n, &first)) e = INFINITY;
+  free(x);
+  free(y);
+  return e;
+}
+
+static double lse_diff(const inst *s, const float *a, const float *b) {
+  const prob *pr = &s->pr;
+  size_t n = (size_t)pr->b * pr->hq * pr->sq, m = 0;
+  double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n);
+  double e = INFINITY;
+  if (x && y) {
+    for (int bb = 0; bb < pr->b; bb++)
+      for (int h = 0; h < pr->hq; h++)
+        for (int i = 0; i < s->lq[bb]; i++) {
+          size_t k = ((size_t)bb * pr->hq + h) * pr->sq + i;
+          x[m] = a[k];
+          y[m++] = b[k];
+        }
+    size_t first;
+    e = ts_nonfinite_parity(x, y, m, &first) ? INFINITY : ts_lse_err(x, y, m);
+  }
+  free(x);
+  free(y);
+  return e;
+}
+
+static double tol(fa_dtype t) {
+  return t == FA_F32 ? 2e-5 : t == FA_F16 ? 4e-3 : 2.5e-2;
+}
+
+/* Forward on the GPU into host copies of o and lse. */
+static fa_status gpu_forward(inst *s, void *o, float *lse) {
+  fa_status st = fa_forward(gpu, &s->ag, s->tg[Q], s->tg[K], s->tg[V],
+                            s->tg[O], s->x[LSE].g);
+  if (st) return st;
+  if ((st = fa_copy_to_host(gpu, o, s->x[O].g, s->x[O].bytes))) return st;
+  return fa_copy_to_host(gpu, lse, s->x[LSE].g, s->x[LSE].bytes);
+}
+
+static void describe(const prob *p, char *text, size_t n) {
+  snprintf(text, n, "%s %s b%d sq%d sk%d hq%d hkv%d d%d dv%d causal=%d "
+           "win=%d,%d cap=%g alibi=%d sinks=%d layout=%d page=%d",
+           p->name, ts_dtype_name(p->dt), p->b, p->sq, p->sk, p->hq, p->hkv,
+           p->d, p->dv, p->causal, p->wl, p->wr, (double)p->cap, p->alibi,
+           p->sinks, p->layout, p->page);
+}
+
+/* GPU (best kernel, then the generic one) against the CPU, and backward. */
+static void run_case(const prob *pr, int bwd) {
+  char name[256];
+  describe(pr, name, sizeof name);
+  inst s;
+  if (inst_make(&s, pr)) {
+    CHECK(0, "%s: setup failed: %s", name, fa_last_error());
+    inst_free(&s);
+    return;
+  }
+  size_t no = s.x[O].bytes, nl = s.x[LSE].bytes;
+  size_t n_o = no / ts_dtype_size(pr->dt);
+  void *o_cpu = calloc(1, no), *o_gpu = calloc(1, no), *o_gen = calloc(1, no);
+  float *l_cpu = calloc(1, nl), *l_gpu = calloc(1, nl), *l_gen = calloc(1, nl);
+  if (!o_cpu || !o_gpu || !o_gen || !l_cpu || !l_gpu || !l_gen) goto done;
+  s.th[O].data = o_cpu;
+  fa_status st = fa_forward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], s.th[O],
+                            l_cpu);
+  CHECK(st == FA_OK, "%s: cpu forward: %s", name, fa_last_error());
+  st = gpu_forward(&s, o_gpu, l_gpu);
+  CHECK(st == FA_OK, "%s: gpu forward: %s", name, fa_last_error());
+  setenv("FA_CUDA_GENERIC", "1", 1);
+  fa_status st2 = gpu_forward(&s, o_gen, l_gen);
+  unsetenv("FA_CUDA_GENERIC");
+  CHECK(st2 == FA_OK, "%s: gpu generic forward: %s", name, fa_last_error());
+  if (st || st2) goto done;
+  double e1 = diff(o_cpu, o_gpu, pr->dt, n_o), e2 = diff(o_cpu, o_gen, pr->dt, n_o);
+  double l1 = lse_diff(&s, l_cpu, l_gpu), l2 = lse_diff(&s, l_cpu, l_gen);
+  double t = tol(pr->dt);
+  CHECK(e1 <= t && l1 <= 1e-5, "%s: gpu vs cpu: o %.3e lse %.3e (tol %.1e)",
+        name, e1, l1, t);
+  CHECK(e2 <= t && l2 <= 1e-5, "%s: generic vs cpu: o %.3e lse %.3e", name,
+        e2, l2);
+  printf("%-100s fwd: gpu %.1e generic %.1e lse %.1e\n", name, e1, e2, l1);
+  // Determinism: a second run is bitwise equal.
+  void *o_again = calloc(1, no);
+  float *l_again = calloc(1, nl);
+  if (o_again && l_again && !gpu_forward(&s, o_again, l_again))
+    CHECK(!memcmp(o_again, o_gpu, no) && !memcmp(l_again, l_gpu, nl),
+          "%s: forward is not deterministic", name);
+  free(o_again);
+  free(l_again);
+  if (bwd) {
+    // Backward from the GPU's own o/lse on both sides (the CPU gets them as
+    // inputs too, so only the backward differs).
+    size_t nq = s.x[DQ].bytes, nk = s.x[DK].bytes, nv = s.x[DV].bytes;
+    void *g[3] = {calloc(1, nq), calloc(1, nk), calloc(1, nv)};
+    void *c[3] = {calloc(1, nq), calloc(1, nk), calloc(1, nv)};
+    size_t nb[3] = {nq, nk, nv};
+    if (g[0] && g[1] && g[2] && c[0] && c[1] && c[2]) {
+      memcpy(s.x[O].h, o_gpu, no);
+      fa_tensor oh = s.th[O], dq = s.th[DQ], dk = s.th[DK], dvv = s.th[DV];
+      oh.data = s.x[O].h;
+      dq.data = c[0];
+      dk.data = c[1];
+      dvv.data = c[2];
+      st = fa_backward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], oh, s.th[DO_],
+                       l_gpu, dq, dk, dvv);
+      CHECK(st == FA_OK, "%s: cpu backward: %s", name, fa_last_error());
+      st2 = fa_backward(gpu, &s.ag, s.tg[Q], s.tg[K], s.tg[V], s.tg[O],
+                        s.tg[DO_], s.x[LSE].g, s.tg[DQ], s.tg[DK], s.tg[DV]);
+      CHECK(st2 == FA_OK, "%s: gpu backward: %s", name, fa_last_error());
+      int ids[3] = {DQ, DK, DV};
+      for (int i = 0; i < 3 && !st && !st2; i++)
+        if (fa_copy_to_host(gpu, g[i], s.x[ids[i]].g, nb[i])) st2 = 1;
+      if (!st && !st2) {
+        double e[3];
+        for (int i = 0; i < 3; i++)
+          e[i] = diff(c[i], g[i], pr->dt, nb[i] / ts_dtype_size(pr->dt));
+        double tb = pr->dt == FA_F32 ? 1e-4 : tol(pr->dt);
+        CHECK(e[0] <= tb && e[1] <= tb && e[2] <= tb,
+              "%s: backward gpu vs cpu: dq %.2e dk %.2e dv %.2e (tol %.1e)",
+              name, e[0], e[1], e[2], tb);
+        printf("%-100s bwd: dq %.1e dk %.1e dv %.1e\n", name, e[0], e[1],
+               e[2]);
+      }
+    }
+    for (int i = 0; i < 3; i++) {
+      free(g[i]);
+      free(c[i]);
+    }
+  }
+done:
+  free(o_cpu);
+  free(o_gpu);
+  free(o_gen);
+  free(l_cpu);
+  free(l_gpu);
+  free(l_gen);
+  inst_free(&s);
+}
+
+/* ---- plumbing ------------------------------------------------------------------ */
+
+static void check_memory_and_errors(void) {
+  void *p = NULL;
+  fa_status s = fa_malloc(gpu, (size_t)1 << 60, &p);
+  CHECK(s == FA_ERR_OUT_OF_MEMORY, "fa_malloc(2^60): %s",
+        fa_status_string(s));
+  printf("fa_malloc(2^60): %s: %s\n", fa_status_string(s), fa_last_error());
+  char host[64] = {0};
+  s = fa_copy_to_host(gpu, host, (void *)(uintptr_t)0x10, sizeof host);
+  CHECK(s == FA_ERR_BACKEND && strstr(fa_last_error(), "cudaMemcpy"),
+        "copy from a bad pointer: %s: %s", fa_status_string(s),
+        fa_last_error());
+  printf("copy from a bad pointer: %s: %s\n", fa_status_string(s),
+         fa_last_error());
+  // The context still works.
+  s = fa_malloc(gpu, 4096, &p);
+  CHECK(s == FA_OK, "fa_malloc after an error: %s", fa_last_error());
+  if (!s) {
+    char in[4096], out[4096];
+    for (int i = 0; i < 4096; i++) in[i] = (char)(i * 7);
+    s = fa_copy_to_device(gpu, p, in, sizeof in);
+    if (!s) s = fa_copy_to_host(gpu, out, p, sizeof out);
+    CHECK(s == FA_OK && !memcmp(in, out, sizeof in), "round trip");
+    fa_free(gpu, p);
+  }
+  CHECK(fa_synchronize(gpu) == FA_OK, "synchronize: %s", fa_last_error());
+  CHECK(fa_context_set_threads(gpu, 4) == FA_ERR_UNSUPPORTED,
+        "set_threads on a GPU context");
+}
+
+/* A stream of the CUDA runtime: results equal the default stream's. */
+static void check_stream(void) {
+  prob pr = {"stream", FA_BF16, 2, 200, 300, 4, 2, 128, 128, 1, -1, -1, 0, 0,
+             0, 0, 0};
+  inst s;
+  if (inst_make(&s, &pr)) {
+    CHECK(0, "stream: setup failed");
+    inst_free(&s);
+    return;
+  }
+  size_t no = s.x[O].bytes;
+  void *a = calloc(1, no), *b = calloc(1, no);
+  float *la = calloc(1, s.x[LSE].bytes), *lb = calloc(1, s.x[LSE].bytes);
+  cudaStream_t st = NULL;
+  if (a && b && la && lb && cudaStreamCreate(&st) == cudaSuccess) {
+    CHECK(gpu_forward(&s, a, la) == FA_OK, "default stream: %s",
+          fa_last_error());
+    CHECK(fa_context_set_stream(gpu, st) == FA_OK, "set_stream");
+    CHECK(gpu_forward(&s, b, lb) == FA_OK, "own stream: %s", fa_last_error());
+    CHECK(fa_synchronize(gpu) == FA_OK, "synchronize");
+    CHECK(!memcmp(a, b, no), "results differ between streams");
+    fa_context_set_stream(gpu, NULL);
+    cudaStreamDestroy(st);
+  } else {
+    CHECK(0, "stream: cudaStreamCreate failed");
+  }
+  free(a);
+  free(b);
+  free(la);
+  free(lb);
+  inst_free(&s);
+}
+
+/* fa_merge_states on the device against the CPU's. */
+static void check_merge(void) {
+  enum { N = 3, B = 2, S = 5, H = 3, D = 72 };
+  size_t n = (size_t)B * S * H * D, nl = (size_t)B * H * S;
+  fa_dtype dts[N] = {FA_BF16, FA_BF16, FA_F32};
+  buf parts[N], lses[N], out = {0}, outl = {0};
+  fa_tensor th[N], tg[N];
+  const float *lh[N], *lg[N];
+  int ok = 1;
+  for (int i = 0; i < N; i++) {
+    ok &= !buf_make(&parts[i], n * ts_dtype_size(dts[i]));
+    ok &= !buf_make(&lses[i], nl * 4);
+    if (!ok) break;
+    fill(&parts[i], dts[i]);
+    for (size_t r = 0; r < nl; r++)
+      ((float *)lses[i].h)[r] =
+          i == 1 && r % 4 == 0 ? -INFINITY : (float)ts_rng_normal(&rng) * 3;
+    fa_copy_to_device(gpu, parts[i].g, parts[i].h, parts[i].bytes);
+    fa_copy_to_device(gpu, lses[i].g, lses[i].h, lses[i].bytes);
+    fa_tensor t = {parts[i].h, dts[i], (int64_t)S * H * D, H * D, D};
+    th[i] = tg[i] = t;
+    tg[i].data = parts[i].g;
+    lh[i] = lses[i].h;
+    lg[i] = lses[i].g;
+  }
+  ok &= !buf_make(&out, n * 2) && !buf_make(&outl, nl * 4);
+  if (ok) {
+    fa_tensor oh = {out.h, FA_BF16, (int64_t)S * H * D, H * D, D}, og = oh;
+    og.data = out.g;
+    void *o_cpu = calloc(1, n * 2);
+    float *l_cpu = calloc(nl, 4), *l_gpu = calloc(nl, 4);
+    oh.data = o_cpu;
+    fa_status s1 = fa_merge_states(cpu, N, th, lh, B, S, H, D, oh, l_cpu);
+    fa_status s2 = fa_merge_states(gpu, N, tg, lg, B, S, H, D, og, outl.g);
+    CHECK(s1 == FA_OK && s2 == FA_OK, "merge: %s", fa_last_error());
+    if (!s1 && !s2 && !fa_copy_to_host(gpu, out.h, out.g, out.bytes) &&
+        !fa_copy_to_host(gpu, l_gpu, outl.g, nl * 4)) {
+      double e = diff(o_cpu, out.h, FA_BF16, n);
+      double *x = widen(l_cpu, FA_F32, nl), *y = widen(l_gpu, FA_F32, nl);
+      double el = x && y ? ts_lse_err(x, y, nl) : INFINITY;
+      free(x);
+      free(y);
+      CHECK(e <= 1e-2 && el <= 1e-6, "merge gpu vs cpu: o %.2e lse %.2e", e,
+            el);
+      printf("merge_states: o %.1e lse %.1e\n", e, el);
+    }
+    free(o_cpu);
+    free(l_cpu);
+    free(l_gpu);
+  } else {
+    CHECK(0, "merge: setup failed");
+  }
+  for (int i = 0; i < N; i++) {
+    free(parts[i].h);
+    free(lses[i].h);
+    if (parts[i].g) fa_free(gpu, parts[i].g);
+    if (lses[i].g) fa_free(gpu, lses[i].g);
+  }
+  free(out.h);
+  free(outl.h);
+  if (out.g) fa_free(gpu, out.g);
+  if (outl.g) fa_free(gpu, outl.g);
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  if (fa_context_create_by_name(&gpu, "cuda-sm80")) {
+    printf("SKIP: backend cuda-sm80 is not usable here: %s\n",
+           fa_last_error());
+    return TS_SKIP;
+  }
+  if (fa_context_create(&cpu, FA_BACKEND_CPU, 0)) {
+    printf("FAIL: no CPU context: %s\n", fa_last_error());
+    return 1;
+  }
+  uint64_t seed = ts_seed_base();
+  ts_rng_seed(&rng, seed);
+  printf("test_cuda_gpu: seed 0x%llx, cpu backend %s%s\n",
+         (unsigned long long)seed, fa_context_backend(cpu),
+         quick ? " (quick)" : "");
+  // Deliberate API errors would count as errors under compute-sanitizer.
+  if (!quick) check_memory_and_errors();
+  check_stream();
+  check_merge();
+  const int BR = FA_CAUSAL_BOTTOM_RIGHT, TL = FA_CAUSAL_TOP_LEFT;
+  // name dt b sq sk hq hkv d dv causal wl wr cap alibi sinks layout page
+  static const prob quick_cases[] = {
+      {"plain", FA_BF16, 2, 130, 200, 4, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0, 0},
+      {"causal", FA_F16, 1, 257, 257, 2, 1, 64, 64, BR, -1, -1, 0, 0, 0, 0, 0},
+      {"paged", FA_BF16, 3, 40, 300, 4, 1, 128, 128, BR, -1, -1, 0, 0, 1, 2, 16},
+      {"generic", FA_F32, 2, 33, 70, 3, 3, 40, 24, TL, -1, -1, 0, 1, 0, 1, 0},
+      {"decode", FA_BF16, 2, 1, 3000, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0, 0},
+  };
+  static const prob full_cases[] = {
+      {"d64", FA_BF16, 2, 300, 300, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0, 0, 0},
+      {"d96", FA_F16, 2, 200, 129, 4, 2, 96, 96, BR, -1, -1, 0, 0, 0, 0, 0},
+      {"d128 tl", FA_BF16, 2, 300, 170, 4, 2, 128, 128, TL, -1, -1, 0, 0, 0, 0, 0},
+      {"d192", FA_BF16, 1, 150, 250, 2, 2, 192, 192, BR, -1, -1, 0, 0, 0, 0, 0},
+      {"d256", FA_F16, 1, 100, 333, 2, 1, 256, 256, 0, -1, -1, 0, 0, 0, 0, 0},
+      {"window", FA_BF16, 2, 500, 500, 2, 1, 128, 128, 0, 37, 5, 0, 0, 0, 0, 0},
+      {"softcap alibi sinks", FA_F16, 2, 190, 260, 4, 2, 64, 64, BR, -1, -1,
+       30.0f, 1, 1, 0, 0},
+      {"gqa7", FA_BF16, 1, 77, 400, 14, 2, 128, 128, BR, 100, -1, 0, 0, 0, 0, 0},
+      {"varlen", FA_BF16, 4, 140, 180, 4, 2, 128, 128, BR, -1, -1, 0, 0, 0, 1, 0},
+      {"varlen d64 sinks", FA_F16, 3, 90, 90, 2, 2, 64, 64, 0, -1, -1, 0, 0, 1,
+       1, 0},
+      {"paged odd page", FA_BF16, 2, 60, 700, 8, 2, 128, 128, 0, -1, -1, 0, 1,
+       0, 2, 7},
+      {"decode gqa split", FA_F16, 4, 1, 9000, 32, 8, 128, 128, 0, -1, -1, 0,
+       0, 0, 2, 64},
+      {"decode sinks", FA_BF16, 1, 4, 5000, 4, 4, 64, 64, BR, -1, -1, 0, 0, 1,
+       0, 0},
+      {"f32 d80", FA_F32, 2, 65, 129, 2, 1, 80, 80, BR, -1, -1, 0, 0, 0, 0, 0},
+      {"dv != d", FA_BF16, 2, 70, 90, 2, 2, 128, 64, 0, -1, -1, 0, 0, 0, 0, 0},
+      {"d1", FA_F32, 1, 17, 17, 1, 1, 1, 1, BR, -1, -1, 0, 0, 0, 0, 0},
+      {"long causal", FA_BF16, 1, 2048, 2048, 2, 2, 128, 128, BR, -1, -1, 0, 0,
+       0, 0, 0},
+  };
+  int nq = (int)(sizeof quick_cases / sizeof quick_cases[0]);
+  for (int i = 0; i < nq; i++) run_case(&quick_cases[i], 1);
+  if (!quick) {
+    int nf = (int)(sizeof full_cases / sizeof full_cases[0]);
+    for (int i = 0; i < nf; i++)
+      run_case(&full_cases[i], full_cases[i].sq * full_cases[i].sk < 1000000);
+  }
+  fa_context_destroy(gpu);
+  fa_context_destroy(cpu);
+  printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures ? 1 : 0;
+}
