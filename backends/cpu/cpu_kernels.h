@@ -205,6 +205,10 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
 #define FA_SMALL_LANES 8
 /* Most kv heads one tile may span (the plan's max_small_lanes bounds it). */
 #define FA_MAX_KV_TILES 64
+/* How far ahead (in keys) the row-streaming path prefetches K/V rows. */
+#ifndef FA_PREFETCH_KEYS
+#define FA_PREFETCH_KEYS 4
+#endif
 
 /* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
    query axis of transposed tiles is whole vectors. */
@@ -547,8 +551,22 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         ldk = args->k.stride_seq;
         ldv = args->v.stride_seq;
       } else {
+        const size_t esz = fa_dtype_size(p->dtype);
         for (int c = 0; c < nc; c++)
           for (int x = 0; x < kvt; x++) {
+            // Decode is bound by memory latency: ask for the rows a few
+            // keys ahead while these are widened.
+            if (c + FA_PREFETCH_KEYS < nc)
+              for (int z = 0; z < 2; z++) {
+                const fa_tensor *src = z ? &args->v : &args->k;
+                const char *row =
+                    (const char *)src->data +
+                    fa_k_offset(p, src, b, col0 + c + FA_PREFETCH_KEYS, hk + x) *
+                        (int64_t)esz;
+                const int bytes = (z ? dv : p->a.head_dim) * (int)esz;
+                for (int off = 0; off < bytes; off += 64)
+                  __builtin_prefetch(row + off);
+              }
             FA_FN(load_k_rows)((float *)kh[x] + (size_t)c * t->ld, t->ld, p,
                                &args->k, b, hk + x, col0 + c, 1,
                                p->a.head_dim);
