@@ -6,7 +6,8 @@
 
 #include <stdio.h>
 
-static int round_up(int x, int m) { return (x + m - 1) / m * m; }
+/* In 64 bits: lengths near INT_MAX are valid and must not overflow. */
+static int64_t round_up(int64_t x, int m) { return (x + m - 1) / m * m; }
 
 /* Largest power-of-two multiple of align that is <= limit (>= align). */
 static int pow2_tile(int align, int64_t limit) {
@@ -15,13 +16,22 @@ static int pow2_tile(int align, int64_t limit) {
   return t;
 }
 
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+/* a * b for a, b >= 0, saturating at INT64_MAX: the counts of a plan for
+   a problem no memory could hold (fa_explain and fa_plan_create accept
+   those) must not overflow; such a plan never runs, since its tensors fail
+   validation. */
+static int64_t mul_sat(int64_t a, int64_t b) {
+  return a && b > INT64_MAX / a ? INT64_MAX : a * b;
+}
+
+static int ceil_div(int a, int b) { return (int)(((int64_t)a + b - 1) / b); }
 
 void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
                      fa_plan_data *out) {
   const fa_attention *a = &p->a;
   int align = caps->tile_align > 0 ? caps->tile_align : 1;
-  int dpad = round_up(a->head_dim, align), dvpad = round_up(a->head_dim_v, align);
+  int dpad = (int)round_up(a->head_dim, align),
+      dvpad = (int)round_up(a->head_dim_v, align);
   int64_t mem = (int64_t)caps->fast_mem_bytes;
 
   // GQA packing: the q heads that share a kv head become lanes of one tile,
@@ -39,7 +49,10 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
       round_up(a->heads_q, align) <= caps->max_block_q)
     pack = a->heads_q;
   else if (caps->pack_gqa)
-    for (int g = p->group; g > 1 && pack == 1; g--)
+    // (g > max_block_q never fits: starting there keeps a group of 2^31
+    // heads, which fa_explain accepts, from a 2^31-step search.)
+    for (int g = p->group < caps->max_block_q ? p->group : caps->max_block_q;
+         g > 1 && pack == 1; g--)
       if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q) pack = g;
   const int kv_tiles = pack > p->group ? pack / p->group : 1;
 
@@ -56,8 +69,8 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   int bq = pow2_tile(align, left / q_row);
   if (bq > caps->max_block_q) bq = pow2_tile(align, caps->max_block_q);
   int64_t lanes = (int64_t)a->seqlen_q * pack;
-  if (bq > lanes) bq = pow2_tile(align, round_up((int)lanes, align));
-  if (bq < pack) bq = round_up(pack, align); // one row of every head at least
+  if (bq > lanes) bq = pow2_tile(align, round_up(lanes, align));
+  if (bq < pack) bq = (int)round_up(pack, align); // one row of each head
 
   out->block_q = bq;
   out->block_k = bk;
@@ -73,7 +86,7 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   // worker busy: aim for two items per worker, each split keeping at least
   // two kv blocks so the merge stays cheap next to the work it saves.
   int64_t base =
-      (int64_t)a->batch * (a->heads_q / pack) * out->num_q_blocks;
+      mul_sat(mul_sat(a->batch, a->heads_q / pack), out->num_q_blocks);
   int splits = 1;
   int max_splits = caps->max_splits > 1 ? caps->max_splits : 1;
   if (base < caps->num_workers && max_splits > 1) {
@@ -84,22 +97,29 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
     if (want > 1) splits = (int)want;
   }
   out->num_splits = splits;
-  out->num_work = base * splits;
+  out->num_work = mul_sat(base, splits);
 
-  out->blocks_total = base * pack * out->num_k_blocks;
+  out->blocks_total = mul_sat(mul_sat(base, pack), out->num_k_blocks);
+  // The count walks every q block: past 2^20 of them (seqlen_q near
+  // INT_MAX, which fa_explain and fa_plan_create accept) it would take
+  // seconds, so such plans report the upper bound instead.
+  if (out->num_q_blocks > (1 << 20)) {
+    out->blocks_visited = out->blocks_total;
+    return;
+  }
   int64_t visited = 0;
   for (int qb = 0; qb < out->num_q_blocks; qb++) {
     int kb0, kb1;
     fa_plan_kv_blocks(p, out, a->seqlen_q, a->seqlen_k, qb, &kb0, &kb1);
     if (kb1 > kb0) visited += kb1 - kb0;
   }
-  out->blocks_visited = visited * a->batch * a->heads_q;
+  out->blocks_visited = mul_sat(mul_sat(visited, a->batch), a->heads_q);
 }
 
 void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
                        int sk, int qb, int *kb_begin, int *kb_end) {
   int r0 = qb * plan->block_rows;
-  int r1 = r0 + plan->block_rows < sq ? r0 + plan->block_rows : sq;
+  int r1 = (int64_t)r0 + plan->block_rows < sq ? r0 + plan->block_rows : sq;
   *kb_begin = *kb_end = 0;
   if (r0 >= r1 || sk <= 0) return;
   // Both window edges move right by one key per row, so the keys the rows
@@ -110,7 +130,7 @@ void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
   fa_visible_keys(p, r1 - 1, sq, sk, &lo_last, &hi);
   if (hi <= lo) return;
   *kb_begin = lo / plan->block_k;
-  *kb_end = (hi + plan->block_k - 1) / plan->block_k;
+  *kb_end = (int)(((int64_t)hi + plan->block_k - 1) / plan->block_k);
 }
 
 void fa_plan_split_range(int begin, int end, int num_splits, int split,

@@ -37,6 +37,7 @@ typedef struct fa_plan_data {
                                  // pack_group) * q_blocks * splits
   int64_t blocks_total;          // (q block, k block) pairs without skipping
   int64_t blocks_visited;        // pairs visited after causal/window skipping
+                                 // (= blocks_total past 2^20 q blocks)
                                  // (at the max lengths; varlen varies)
 } fa_plan_data;
 
