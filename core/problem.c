@@ -143,7 +143,8 @@ fa_status fa_problem_check_arrays(const fa_problem *p) {
                      a->seqused_k[b], sk);
     if (p->paged) {
       int len = fa_seq_len_k(p, b);
-      int blocks = (len + a->page_size - 1) / a->page_size;
+      // (64-bit: seqlen_k may be INT_MAX with a page_size of 2^20.)
+      int64_t blocks = ((int64_t)len + a->page_size - 1) / a->page_size;
       const int32_t *row = a->block_table + (int64_t)b * a->max_blocks_per_seq;
       for (int i = 0; i < blocks; i++)
         if (row[i] < 0 || row[i] >= a->num_pages)

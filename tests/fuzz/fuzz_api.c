@@ -1409,6 +1409,10 @@ static void run_backward(fz_run *run, const dense *fwd, dense *cache,
   int leak = ((c->data_mode >> 3) & 3) != 0 ? 1 | 4 : 0;
   for (int i = 0; i < NT; i++)
     if (!t_output[i] && c->alias_of[i] >= 0) leak = 1 | 4;
+  // lse written by the forward into an input (do) puts -inf and large
+  // values into it: inf arithmetic, whose NaN-or-inf outcome is order
+  // dependent.
+  if (c->lse_alias >= 0 && !t_output[c->lse_alias]) leak = 1 | 4;
   extract_q(c, T_DQ, g, "fa_backward");
   int sh[3] = {a->seqlen_q, a->heads_q, d};
   size_t bad = fz_compare("dq", c->dtype, r[0], g, t[0], nq, leak, stderr,

@@ -195,6 +195,33 @@ static void test_extreme_valid_problems(void) {
   }
 }
 
+/* A paged problem at the largest seqlen_k: 2048 pages of 2^20 slots (the
+   array check once computed the block count in int: UB at INT_MAX). */
+static void test_paged_int_max(void) {
+  enum { MB = 2048 };
+  static int32_t table[MB];
+  for (int i = 0; i < MB; i++) table[i] = i % 3;
+  fa_attention a;
+  fa_attention_init(&a);
+  a.batch = 1;
+  a.seqlen_q = 1;
+  a.seqlen_k = INT_MAX;
+  a.heads_q = a.heads_kv = 1;
+  a.head_dim = 64;
+  a.block_table = table;
+  a.max_blocks_per_seq = MB;
+  a.page_size = 1 << 20;
+  a.num_pages = 3;
+  fa_plan *plan = NULL;
+  EXPECT_OK("plan of a paged INT_MAX-key problem",
+            fa_plan_create(ctx, &a, FA_F32, &plan));
+  fa_plan_destroy(plan);
+  table[MB - 1] = 3; // the last block, past num_pages: refused
+  fa_status s = fa_plan_create(ctx, &a, FA_F32, &plan);
+  EXPECT_FAIL("paged INT_MAX keys, last entry 3 of 3 pages", s,
+              FA_ERR_INVALID_ARGUMENT, "block_table", "3");
+}
+
 int main(void) {
   if (fa_context_create_by_name(&ctx, "cpu-scalar") != FA_OK) {
     fprintf(stderr, "cpu-scalar not available: %s\n", fa_last_error());
@@ -223,6 +250,7 @@ int main(void) {
   test_merge_overlaps();
   test_malloc_failure();
   test_extreme_valid_problems();
+  test_paged_int_max();
   fa_context_destroy(ctx);
   au_buf *all[] = {&qb, &kb, &vb, &ob, &lb, &dob, &dqb, &dkb, &dvb};
   for (int i = 0; i < 9; i++) au_free(all[i]);
