@@ -48,6 +48,15 @@ typedef struct checked_arrays {
   int32_t *mem;    // host copies (NULL in host memory); free() it
 } checked_arrays;
 
+/* After the arrays passed their checks: the varlen storage row counts. */
+static fa_status checked_rows(fa_problem *p, fa_status s) {
+  if (s) return s;
+  const fa_attention *a = &p->a;
+  p->rows_q = a->cu_seqlens_q ? a->cu_seqlens_q[a->batch] : 0;
+  p->rows_k = a->cu_seqlens_k ? a->cu_seqlens_k[a->batch] : 0;
+  return FA_OK;
+}
+
 static fa_status copy_array(const struct fa_plan *p, int32_t **at,
                             const int32_t **field, size_t n) {
   if (!*field || !n) return FA_OK;
@@ -63,7 +72,7 @@ static fa_status check_arrays(const struct fa_plan *p, checked_arrays *c) {
   c->prob = p->prob;
   c->mem = NULL;
   if (plan_backend(p)->memory_space == FA_MEMORY_HOST)
-    return fa_problem_check_arrays(&c->prob);
+    return checked_rows(&c->prob, fa_problem_check_arrays(&c->prob));
   fa_attention *a = &c->prob.a;
   size_t nb = (size_t)a->batch;
   size_t n_cuq = a->cu_seqlens_q ? nb + 1 : 0;
@@ -85,7 +94,17 @@ static fa_status check_arrays(const struct fa_plan *p, checked_arrays *c) {
       (s = copy_array(p, &at, &a->seqused_k, n_used)) ||
       (s = copy_array(p, &at, &a->block_table, n_table)))
     return s;
-  return fa_problem_check_arrays(&c->prob);
+  return checked_rows(&c->prob, fa_problem_check_arrays(&c->prob));
+}
+
+/* The problem a kernel receives: the caller's (device pointers) with the
+   storage row counts the checks read from the host copies. */
+static fa_problem kernel_problem(const struct fa_plan *p,
+                                 const checked_arrays *c) {
+  fa_problem k = p->prob;
+  k.rows_q = c->prob.rows_q;
+  k.rows_k = c->prob.rows_k;
+  return k;
 }
 
 static fa_status plan_build(fa_context *ctx, const fa_attention *a,
@@ -117,7 +136,8 @@ static fa_status plan_run_forward(struct fa_plan *p, fa_tensor q, fa_tensor k,
   free(c.mem);
   if (s) return s;
   fa_fwd_args args = {q, k, v, o, lse};
-  return p->kernel->forward(p->ctx->state[p->slot], &p->prob, &p->data, &args);
+  fa_problem kp = kernel_problem(p, &c);
+  return p->kernel->forward(p->ctx->state[p->slot], &kp, &p->data, &args);
 }
 
 fa_status fa_forward(fa_context *ctx, const fa_attention *a, fa_tensor q,
@@ -145,7 +165,8 @@ fa_status fa_backward(fa_context *ctx, const fa_attention *a, fa_tensor q,
   free(c.mem);
   if (s) return s;
   fa_bwd_args args = {q, k, v, o, d_o, lse, dq, dk, dv};
-  return p.kernel->backward(ctx->state[p.slot], &p.prob, &p.data, &args);
+  fa_problem kp = kernel_problem(&p, &c);
+  return p.kernel->backward(ctx->state[p.slot], &kp, &p.data, &args);
 }
 
 fa_status fa_plan_create(fa_context *ctx, const fa_attention *a,

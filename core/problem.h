@@ -18,6 +18,10 @@ typedef struct fa_problem {
   int top_left;    // diagonal offset is 0 instead of sk - sq
   int varlen_q, varlen_k, paged;
   int group;       // heads_q / heads_kv
+  // Storage rows of varlen Q and K/V (cu_seqlens_q/k[batch]), filled in by
+  // the array checks just before a kernel runs (0 when not varlen or not
+  // known yet): kernels that hand the copy engine tensor bounds need them.
+  int64_t rows_q, rows_k;
 } fa_problem;
 
 /* Validate the scalar fields and pointers' presence (not array contents).

@@ -9,7 +9,8 @@
 #   scripts/gpu-check.sh [--quick] [--no-build] [--no-sanitizer]
 #                        [--no-bench] [--no-tests]
 # Environment: BUILD_DIR (default build-cuda), OUT_DIR (logs and JSON;
-# default $BUILD_DIR/gpu-check), JOBS (default: all cores).
+# default $BUILD_DIR/gpu-check), JOBS (default: all cores), BENCH_ARGS
+# (more options for bench/gpu/bench_sdpa.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,6 +84,10 @@ if [ $do_bench = 1 ]; then
   step "bench: flashattn vs torch SDPA (FA2, cuDNN)"
   bargs=(--lib "$build/libflashattn.so" --bwd --decode --json "$out/bench.json")
   [ $quick = 1 ] && bargs+=(--quick)
+  # BENCH_ARGS: more bench_sdpa.py options (e.g. "--dims 64,128,256 --sm80
+  # --matmul": the sm90 comparison with its sm80 column and the ceiling).
+  read -r -a extra <<<"${BENCH_ARGS:-}"
+  bargs+=("${extra[@]}")
   PYTHONUNBUFFERED=1 python3 bench/gpu/bench_sdpa.py "${bargs[@]}" \
     2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1

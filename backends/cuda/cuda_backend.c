@@ -66,14 +66,17 @@ static fa_status cuda_fail(cudaError_t e, const char *what) {
 typedef struct cuda_state {
   int device;
   int sm_count;
+  int cc; // compute capability, 10 * major + minor
   cudaStream_t stream; // NULL: the legacy default stream
   void *ws;            // workspace: split partials, backward D, descriptors
   size_t ws_bytes;
 } cuda_state;
 
-/* SM count of device 0, read by the probe, for plans made without a context
-   (fa_explain). */
+/* SM count and compute capability of device 0, read by the probe, for
+   plans made without a context (fa_explain) and for the kernels' supports()
+   (which see no context). */
 static int probed_sms = 108;
+static int probed_cc = 0; // 10 * major + minor
 
 static int probe(char *why, size_t len) {
   int n = 0;
@@ -100,6 +103,7 @@ static int probe(char *why, size_t len) {
              "or newer (mma.sync bf16, cp.async)", major, minor, BACKEND_NAME);
     return 0;
   }
+  probed_cc = 10 * major + minor;
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) ==
           cudaSuccess && sms > 0)
@@ -132,6 +136,7 @@ static fa_status ctx_create(int device, void **state) {
                       BACKEND_NAME);
   st->device = device;
   st->sm_count = sms;
+  st->cc = 10 * major + minor;
   *state = st;
   return FA_OK;
 }
@@ -460,6 +465,92 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   return FA_OK;
 }
 
+/* The compiled sm90 instantiations (generated list: 90a built, head dims
+   64/128/256 of FA_CUDA_HEAD_DIMS). Launchers return a cudaError_t, or -1
+   when the copy engine cannot address the tensors (nothing launched). */
+#define FA_SM90_INST(t, d)                                                     \
+  int fa_sm90_fwd_##t##_d##d(const fa_cuda_params *p, int64_t rows_q,       \
+                             int64_t rows_k, int sms, void *stream);
+#include "sm90_instances.h"
+#undef FA_SM90_INST
+
+typedef struct sm90_instance {
+  fa_dtype dtype;
+  int dim;
+  int (*launch)(const fa_cuda_params *p, int64_t rows_q, int64_t rows_k,
+                int sms, void *stream);
+} sm90_instance;
+
+static const sm90_instance sm90_instances[] = {
+#define FA_SM90_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_fwd_##t##_d##d},
+#include "sm90_instances.h"
+#undef FA_SM90_INST
+    {FA_F32, 0, NULL}};
+
+static const sm90_instance *sm90_find(fa_dtype dtype, int dim) {
+  for (const sm90_instance *i = sm90_instances; i->launch; i++)
+    if (i->dtype == dtype && i->dim == dim) return i;
+  return NULL;
+}
+
+/* The sm90 kernel's own geometry: q blocks of 128 rows, one head per tile,
+   no kv split; the persistent grid walks these items in the plan's order
+   (fa_gpu_work_item: causal longest first). */
+enum { SM90_BLOCK_M = 128 };
+
+static fa_status fwd_sm90(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_fwd_args *a) {
+  cuda_state *st = state;
+  const int dim = p->a.head_dim;
+  const sm90_instance *inst = sm90_find(p->dtype, dim);
+  const int64_t qblocks = (p->a.seqlen_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
+  const int64_t items = (int64_t)p->a.batch * p->a.heads_q * qblocks;
+  char name[48];
+  snprintf(name, sizeof name, "cuda.sm90.%s.d%d",
+           p->dtype == FA_BF16 ? "bf16" : "f16", dim);
+  const char *why = NULL;
+  if (!inst || st->cc != 90)
+    why = "this context's device is not sm_90";
+  else if (plan->num_splits > 1 && items < st->sm_count)
+    why = "the plan splits the keys (fewer q blocks than SMs: decode)";
+  else if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
+           !chunk_aligned(&a->v) || !chunk_aligned(&a->o))
+    why = "a tensor is not 16-byte aligned";
+  if (why) {
+    if (core->log_enabled())
+      core->log("  %s %s: %s; running the sm80 kernel", BACKEND_NAME, name,
+                why);
+    return fwd_sm80(state, p, plan, a);
+  }
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_cuda_params q;
+  fill_problem(&q, p);
+  q.q = view_of(&a->q);
+  q.k = view_of(&a->k);
+  q.v = view_of(&a->v);
+  q.o = view_of(&a->o);
+  q.lse = a->lse;
+  q.block_q = q.block_rows = SM90_BLOCK_M;
+  q.block_k = 0; // the kernel's own (sm90_tiles.def)
+  q.pack_group = 1;
+  q.num_q_blocks = (int)qblocks;
+  q.num_splits = 1;
+  q.num_work = items;
+  int err = inst->launch(&q, p->rows_q, p->rows_k, st->sm_count, st->stream);
+  if (err == -1) {
+    if (core->log_enabled())
+      core->log("  %s %s: the copy engine cannot address a tensor (strides "
+                "or sizes); running the sm80 kernel", BACKEND_NAME, name);
+    return fwd_sm80(state, p, plan, a);
+  }
+  if (core->log_enabled())
+    core->log("  %s %s: 128-row q blocks, %lld work items on a persistent "
+              "grid of %d CTAs", BACKEND_NAME, name, (long long)items,
+              (int)(items < st->sm_count ? items : st->sm_count));
+  return launched(err, name);
+}
+
 /* ---- backward ------------------------------------------------------------- */
 
 static fa_status bwd_generic(void *state, const fa_problem *p,
@@ -704,6 +795,46 @@ SM80_SUPPORTS(f16, 128)
 SM80_SUPPORTS(f16, 192)
 SM80_SUPPORTS(f16, 256)
 
+static int supports_sm90(const fa_problem *p, fa_dtype dtype, int dim,
+                         char *why, size_t len) {
+  if (env_set("FA_CUDA_GENERIC") || env_set("FA_CUDA_NO_SM90")) {
+    snprintf(why, len, "FA_CUDA_GENERIC or FA_CUDA_NO_SM90 is set");
+    return 0;
+  }
+  if (probed_cc != 90) {
+    snprintf(why, len, "device 0 is not sm_90 (compute capability %d.%d)",
+             probed_cc / 10, probed_cc % 10);
+    return 0;
+  }
+  if (!sm90_find(dtype, dim)) {
+    snprintf(why, len, "not compiled in this build (90a, FA_CUDA_HEAD_DIMS)");
+    return 0;
+  }
+  if (p->paged) {
+    snprintf(why, len, "paged KV (the sm80 kernel reads the block table)");
+    return 0;
+  }
+  return supports_sm80(p, dtype, dim, why, len);
+}
+
+#define SM90_SUPPORTS(t, d)                                                    \
+  static int supports_sm90_##t##_d##d(const fa_problem *p, char *why,        \
+                                      size_t len) {                            \
+    return supports_sm90(p, FA_DTYPE_##t, d, why, len);                        \
+  }
+SM90_SUPPORTS(bf16, 64)
+SM90_SUPPORTS(bf16, 128)
+SM90_SUPPORTS(bf16, 256)
+SM90_SUPPORTS(f16, 64)
+SM90_SUPPORTS(f16, 128)
+SM90_SUPPORTS(f16, 256)
+
+#define SM90_KERNEL(t, d, bwd)                                                 \
+  {.name = "cuda.sm90." #t ".d" #d,                                            \
+   .supports = supports_sm90_##t##_d##d,                                       \
+   .forward = fwd_sm90,                                                        \
+   .backward = bwd}
+
 #define SM80_KERNEL(t, d, bwd)                                                 \
   {.name = "cuda.sm80." #t ".d" #d,                                            \
    .supports = supports_##t##_d##d,                                            \
@@ -712,7 +843,12 @@ SM80_SUPPORTS(f16, 256)
 
 // d64/d128 also have a tensor-core backward; other dims' backward runs on
 // cuda.generic.
+// sm90 first: dispatch prefers them on an sm_90 device; the sm80 kernels
+// stay selectable by name (fa_context_create_by_name) for comparison.
 static const fa_kernel kernels[] = {
+    SM90_KERNEL(bf16, 128, bwd_sm80), SM90_KERNEL(f16, 128, bwd_sm80),
+    SM90_KERNEL(bf16, 64, bwd_sm80),  SM90_KERNEL(f16, 64, bwd_sm80),
+    SM90_KERNEL(bf16, 256, NULL),     SM90_KERNEL(f16, 256, NULL),
     SM80_KERNEL(bf16, 128, bwd_sm80), SM80_KERNEL(f16, 128, bwd_sm80),
     SM80_KERNEL(bf16, 64, bwd_sm80),  SM80_KERNEL(f16, 64, bwd_sm80),
     SM80_KERNEL(bf16, 256, NULL),     SM80_KERNEL(f16, 256, NULL),

@@ -156,7 +156,7 @@ def rel_err(a, b):
 def forward_suite(fa, args, tdtype, fdtype):
     rows = []
     seqs = [512, 1024, 2048, 4096, 8192, 16384]
-    dims = [64, 128]
+    dims = [int(x) for x in args.dims.split(",")]
     if args.quick:
         seqs = [1024, 4096, 16384]
     for d in dims:
@@ -183,6 +183,23 @@ def forward_suite(fa, args, tdtype, fdtype):
                     if st:
                         fa.check(st, "fa_plan_forward")
 
+                # --sm80: the same problem planned with the sm90 kernels
+                # switched off (the dispatcher reads FA_CUDA_NO_SM90 when
+                # the plan is made), timed side by side.
+                plan80 = None
+                if args.sm80:
+                    os.environ["FA_CUDA_NO_SM90"] = "1"
+                    plan80, _ = fa.plan(a, fdtype)
+                    del os.environ["FA_CUDA_NO_SM90"]
+                o80 = torch.empty_like(q) if plan80 else None
+
+                def ours80():
+                    st = fa.lib.fa_plan_forward(plan80, tq, tk, tv,
+                                                bshd(o80, fdtype),
+                                                lse.data_ptr())
+                    if st:
+                        fa.check(st, "fa_plan_forward (sm80)")
+
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
                 def sdpa(backend):
@@ -197,7 +214,13 @@ def forward_suite(fa, args, tdtype, fdtype):
                 ours()
                 ref = sdpa(SDPBackend.FLASH_ATTENTION)()
                 err = rel_err(o, ref.transpose(1, 2))
+                o.fill_(float("nan"))
+                ours()
+                err = rel_err(o, ref.transpose(1, 2))
                 t_ours = time_calls(ours, iters)
+                t_80 = time_calls(ours80, iters) if plan80 else float("nan")
+                if plan80:
+                    err = max(err, rel_err(o80, ref.transpose(1, 2)))
                 t_fa2 = time_calls(sdpa(SDPBackend.FLASH_ATTENTION), iters)
                 try:
                     t_cudnn = time_calls(sdpa(SDPBackend.CUDNN_ATTENTION),
@@ -208,19 +231,25 @@ def forward_suite(fa, args, tdtype, fdtype):
                 kernel = desc.split("kernel=")[1].split()[0]
                 row = dict(d=d, causal=causal, s=s, b=b, h=h, kernel=kernel,
                            ours_ms=t_ours, fa2_ms=t_fa2, cudnn_ms=t_cudnn,
+                           sm80_tflops=flops / t_80 / 1e9,
                            ours_tflops=flops / t_ours / 1e9,
                            fa2_tflops=flops / t_fa2 / 1e9,
                            cudnn_tflops=flops / t_cudnn / 1e9,
                            err_vs_fa2=err, plan=desc)
                 rows.append(row)
-                print("d%-3d %-6s s=%-5d b=%-2d h=%-2d  ours %6.1f  FA2 %6.1f  "
-                      "cuDNN %6.1f TFLOPS  ours/FA2 %.2f  err %.1e  [%s]" % (
+                print("d%-3d %-6s s=%-5d b=%-2d h=%-2d  ours %6.1f  sm80 %6.1f  "
+                      "FA2 %6.1f  cuDNN %6.1f TFLOPS  ours/FA2 %.2f  "
+                      "ours/cuDNN %.2f  err %.1e  [%s]" % (
                           d, "causal" if causal else "full", s, b, h,
-                          row["ours_tflops"], row["fa2_tflops"],
-                          row["cudnn_tflops"],
-                          row["ours_tflops"] / row["fa2_tflops"], err, kernel),
+                          row["ours_tflops"], row["sm80_tflops"],
+                          row["fa2_tflops"], row["cudnn_tflops"],
+                          row["ours_tflops"] / row["fa2_tflops"],
+                          row["ours_tflops"] / row["cudnn_tflops"], err,
+                          kernel),
                       flush=True)
                 fa.lib.fa_plan_destroy(plan)
+                if plan80:
+                    fa.lib.fa_plan_destroy(plan80)
                 del q, k, v, o, lse, ref
     return rows
 
@@ -355,6 +384,12 @@ def main():
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--dims", default="64,128",
+                    help="forward head dims, comma-separated")
+    ap.add_argument("--sm80", action="store_true",
+                    help="also time the sm80 kernel (sm90 switched off)")
+    ap.add_argument("--matmul", action="store_true",
+                    help="measure the bf16 matmul ceiling (8192^3) first")
     ap.add_argument("--json")
     args = ap.parse_args()
     tdtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
@@ -368,6 +403,14 @@ def main():
     print("device %s, torch %s, flashattn %s, %s" % (
         info["device"], info["torch"], info["flashattn"], args.dtype))
     out = dict(info=info)
+    if args.matmul:
+        x = torch.randn(8192, 8192, device="cuda", dtype=tdtype)
+        y = torch.randn_like(x)
+        t = time_calls(lambda: x @ y, 10)
+        info["matmul_tflops"] = 2 * 8192**3 / t / 1e9
+        print("matmul 8192^3 %s: %.0f TFLOPS" % (args.dtype,
+                                                 info["matmul_tflops"]))
+        del x, y
     if not args.no_forward:
         out["forward"] = forward_suite(fa, args, tdtype, fdtype)
     if args.bwd:
@@ -380,13 +423,17 @@ def main():
     # The short table, last.
     if "forward" in out:
         print("\nforward %s TFLOPS (16k tokens, hidden 2048)" % args.dtype)
-        print("| d | mask | s | ours | FA2 | cuDNN | ours/FA2 |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| d | mask | s | kernel | ours | sm80 | FA2 | cuDNN | ours/FA2 "
+              "| ours/cuDNN |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in out["forward"]:
-            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
-                r["d"], "causal" if r["causal"] else "full", r["s"],
-                r["ours_tflops"], r["fa2_tflops"], r["cudnn_tflops"],
-                r["ours_tflops"] / r["fa2_tflops"]))
+            print("| %d | %s | %d | %s | %.0f | %.0f | %.0f | %.0f | %.2f "
+                  "| %.2f |" % (
+                      r["d"], "causal" if r["causal"] else "full", r["s"],
+                      r["kernel"], r["ours_tflops"], r["sm80_tflops"],
+                      r["fa2_tflops"], r["cudnn_tflops"],
+                      r["ours_tflops"] / r["fa2_tflops"],
+                      r["ours_tflops"] / r["cudnn_tflops"]))
     if "backward" in out:
         print("\nbackward %s TFLOPS (2.5x forward FLOPs)" % args.dtype)
         print("| d | mask | s | ours | FA2 | ours/FA2 |")

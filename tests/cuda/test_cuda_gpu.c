@@ -267,6 +267,26 @@ static void describe(const prob *p, char *text, size_t n) {
 }
 
 /* GPU (best kernel, then the generic one) against the CPU, and backward. */
+/* Cases named "sm90 ..." are shaped for the sm90 kernel (enough q blocks
+   that the plan does not split the keys): on an sm_90 device the plan must
+   name it, so that these cases really test it. */
+static void check_sm90_taken(inst *s, const prob *pr, const char *name) {
+  if (strncmp(pr->name, "sm90", 4) != 0) return;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0))
+    return;
+  fa_plan *plan = NULL;
+  char text[512] = "";
+  if (fa_plan_create(gpu, &s->ag, pr->dt, &plan) == FA_OK) {
+    fa_plan_describe(plan, text, sizeof text);
+    fa_plan_destroy(plan);
+  }
+  if (major == 9 && minor == 0)
+    CHECK(strstr(text, "cuda.sm90.") != NULL, "%s: sm90 not planned: %s",
+          name, text);
+}
+
 static void run_case(const prob *pr, int bwd) {
   char name[256];
   describe(pr, name, sizeof name);
@@ -300,6 +320,7 @@ static void run_case(const prob *pr, int bwd) {
   CHECK(e2 <= t && l2 <= 1e-5, "%s: generic vs cpu: o %.3e lse %.3e", name,
         e2, l2);
   printf("%-100s fwd: gpu %.1e generic %.1e lse %.1e\n", name, e1, e2, l1);
+  check_sm90_taken(&s, pr, name);
   // Determinism: a second run is bitwise equal.
   void *o_again = calloc(1, no);
   float *l_again = calloc(1, nl);
@@ -539,6 +560,21 @@ int main(int argc, char **argv) {
       {"d1", FA_F32, 1, 17, 17, 1, 1, 1, 1, BR, -1, -1, 0, 0, 0, 0, 0},
       {"long causal", FA_BF16, 1, 2048, 2048, 2, 2, 128, 128, BR, -1, -1, 0, 0,
        0, 0, 0},
+      // Shapes with more q blocks than SMs: the sm90 kernel on sm_90 (its
+      // persistent CTAs then take several items each, crossing the K/V
+      // ring's phases between items).
+      {"sm90 d128 full", FA_BF16, 2, 1100, 1100, 40, 40, 128, 128, 0, -1, -1,
+       0, 0, 0, 0, 0},
+      {"sm90 d64 causal gqa", FA_F16, 3, 700, 700, 48, 12, 64, 64, BR, -1, -1,
+       0, 0, 0, 0, 0},
+      {"sm90 d256 window varlen", FA_BF16, 4, 300, 400, 40, 8, 256, 256, 0,
+       100, 20, 0, 0, 0, 1, 0},
+      {"sm90 d128 softcap alibi sinks", FA_F16, 2, 520, 777, 64, 8, 128, 128,
+       BR, -1, -1, 30.0f, 1, 1, 0, 0},
+      {"sm90 d128 top-left", FA_BF16, 2, 900, 600, 40, 20, 128, 128, TL, -1,
+       -1, 0, 0, 0, 0, 0},
+      {"sm90 d64 varlen odd", FA_BF16, 5, 333, 251, 36, 36, 64, 64, BR, -1, -1,
+       0, 0, 0, 1, 0},
   };
   int nq = (int)(sizeof quick_cases / sizeof quick_cases[0]);
   for (int i = 0; i < nq; i++) run_case(&quick_cases[i], 1);

@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: MIT
+// The sm90 forward mainloop (Hopper, sm_90a only): TMA copies into 128-byte
+// swizzled shared memory completing on mbarriers, warp specialisation
+// (a producer warpgroup that only issues copies, with its registers given
+// to two consumer warpgroups by setmaxnreg), wgmma for S = Q K^T (both
+// operands from shared memory) and O += P V (P from registers), the online
+// softmax in base 2 with scale * log2(e) folded into one FFMA, and a
+// persistent grid that walks the plan's work order (causal: longest first).
+//
+// CTA = 3 warpgroups. Warpgroup 0 (producer): one thread loads, per work
+// item, Q (128 rows) once and then every K/V block of the item's visible
+// range into a ring of STAGES buffers. Warpgroups 1, 2 (consumers): rows
+// 0-63 and 64-127 of the item's q block. Both consumers walk the same K/V
+// blocks, each releases a stage after its P V product has read it.
+//
+// Synchronisation (all mbarriers; phases counted, never reset):
+//   q_full      producer -> consumers   expect_tx of the Q bytes
+//   q_empty     consumers -> producer   256 arrivals after the last S of an
+//                                        item (the next Q may then land)
+//   k_full[s], v_full[s]                 expect_tx of a K (V) block
+//   kv_empty[s] consumers -> producer   256 arrivals after P V read stage s
+// The producer's first wait on an "empty" barrier uses the parity of the
+// phase before the first one, which counts as complete.
+//
+// Shared-memory layout: a row of D 16-bit values is split into D/64 blocks
+// of 128 bytes; each block of a tile is stored [rows][128 B] with the
+// hardware's 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)),
+// exactly what the TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what a
+// wgmma descriptor with layout type 1 reads. Q and K are K-major operands
+// (stride between 8-row groups: 1024 B; a k16 step advances 32 B inside the
+// 128-byte row); V is read MN-major (transposed B): 64 columns per block,
+// the next 64 at LBO = block rows x 128 B, 8-key groups 1024 B apart.
+//
+// Semantics: lengths, windows, row addressing and score transforms come
+// from backends/gpu/gpu_semantics.h, the same functions every GPU kernel
+// uses. Keys past a sequence's end are masked; V rows past it are zeroed in
+// shared memory before P V (in varlen or seqused_k they are another
+// sequence's rows or unused cache slots, and 0 x NaN would leak).
+//
+// Not here (the dispatcher sends these to the sm80 kernel): paged KV,
+// split-KV partials, head_dim != head_dim_v, dims other than 64/128/256.
+#ifndef FA_CUDA_SM90_FWD_CUH
+#define FA_CUDA_SM90_FWD_CUH
+
+#include <cuda.h> // CUtensorMap and the encoder's types; libcuda is not linked
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "flashattn.h"
+#include "gpu_semantics.h"
+#include "sm90_wgmma.h"
+
+namespace fa_sm90 {
+
+template <int D> struct tile;
+#define FA_SM90_TILE(d, bm, bn, st)                                            \
+  template <> struct tile<d> {                                                 \
+    static constexpr int BM = bm, BN = bn, STAGES = st;                        \
+  };
+#include "sm90_tiles.def"
+#undef FA_SM90_TILE
+
+/* Registers a warpgroup keeps after setmaxnreg: 128 x 40 + 256 x 232 =
+   64,512 of the SM's 65,536. */
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+/* ---- PTX wrappers ----------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+/* One TMA box of a 4-d tensor map into shared memory, completing on bar. */
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map,
+                                         uint32_t bar, int c0, int c1, int c2,
+                                         int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
+                   dst),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
+               "r"(c3), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* Pins registers at this point of the program: the compiler may not move
+   their reads or writes across it (wgmma reads and writes them behind its
+   back between issue and wait). */
+template <int N> __device__ __forceinline__ void pin(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void pin(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle (layout type 1). */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo,
+                                               uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+         ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo,
+                                                                float hi);
+template <> __device__ __forceinline__ uint32_t
+pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo,
+                                                              float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* ---- the kernel --------------------------------------------------------------- */
+
+/* One work item (batch, head, q block) of the plan: its sequence lengths
+   and K/V block range; valid = 0 when the q block is past the sequence. */
+struct item {
+  int b, h, qb, sq, sk, row0, kb0, kb1, valid;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
+  item t;
+  int split;
+  fa_gpu_work_item(&p, w, &t.b, &t.h, &t.qb, &split);
+  t.sq = fa_gpu_len_q(&p, t.b);
+  t.sk = fa_gpu_len_k(&p, t.b);
+  t.row0 = t.qb * BM;
+  t.valid = t.row0 < t.sq;
+  t.kb0 = t.kb1 = 0;
+  if (t.valid) fa_gpu_kv_blocks(&p, BM, BN, t.sq, t.sk, t.qb, &t.kb0, &t.kb1);
+  return t;
+}
+
+template <typename T, int D, bool SPECIAL>
+__global__ void __launch_bounds__(384, 1)
+    fwd_kernel(const __grid_constant__ fa_gpu_params p,
+               const __grid_constant__ CUtensorMap tq,
+               const __grid_constant__ CUtensorMap tk,
+               const __grid_constant__ CUtensorMap tv) {
+  typedef tile<D> TL;
+  constexpr int BM = TL::BM, BN = TL::BN, ST = TL::STAGES;
+  constexpr int NCB = D / 64;                // 128-byte column blocks a row
+  constexpr int ON = D > 128 ? 128 : D;      // N of one O wgmma
+  constexpr int NO = D / ON;                 // O pieces
+  constexpr uint32_t QB = BM * D * 2, KVB = BN * D * 2;
+  static_assert(BM == 128 && D % 64 == 0 && BN % 16 == 0, "tile shape");
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base, sK = base + QB, sV = sK + ST * KVB;
+  const uint32_t sBar = sV + ST * KVB;
+  const uint32_t q_full = sBar, q_empty = sBar + 8;
+  const uint32_t k_full = sBar + 16, v_full = k_full + 8 * ST,
+                 kv_empty = v_full + 8 * ST; // + 8 * stage
+
+  if (threadIdx.x == 0) {
+    bar_init(q_full, 1);
+    bar_init(q_empty, 256);
+    for (int s = 0; s < ST; s++) {
+      bar_init(k_full + 8 * s, 1);
+      bar_init(v_full + 8 * s, 1);
+      bar_init(kv_empty + 8 * s, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // ---- producer warpgroup: one thread issues every copy ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x != 0) return;
+    uint32_t it = 0, nq = 0;
+    for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
+      const item t = item_of<BM, BN>(p, w);
+      if (!t.valid || t.kb0 >= t.kb1) continue;
+      const int hk = t.h / p.group;
+      bar_wait(q_empty, (nq & 1) ^ 1);
+      bar_expect_tx(q_full, QB);
+      const int qrow = p.varlen_q ? p.cu_seqlens_q[t.b] + t.row0 : t.row0;
+      const int qbat = p.varlen_q ? 0 : t.b;
+#pragma unroll
+      for (int cb = 0; cb < NCB; cb++)
+        tma_load(sQ + cb * BM * 128, &tq, q_full, cb * 64, qrow, t.h, qbat);
+      nq++;
+      const int krow = p.varlen_k ? p.cu_seqlens_k[t.b] : 0;
+      const int kbat = p.varlen_k ? 0 : t.b;
+      for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
+        const uint32_t s = it % ST, ph = (it / ST) & 1;
+        bar_wait(kv_empty + 8 * s, ph ^ 1);
+        bar_expect_tx(k_full + 8 * s, KVB);
+#pragma unroll
+        for (int cb = 0; cb < NCB; cb++)
+          tma_load(sK + s * KVB + cb * BN * 128, &tk, k_full + 8 * s, cb * 64,
+                   krow + kb * BN, hk, kbat);
+        bar_expect_tx(v_full + 8 * s, KVB);
+#pragma unroll
+        for (int cb = 0; cb < NCB; cb++)
+          tma_load(sV + s * KVB + cb * BN * 128, &tv, v_full + 8 * s, cb * 64,
+                   krow + kb * BN, hk, kbat);
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int ct = threadIdx.x - 128, cw = ct / 128;
+  const int warp = (ct % 128) / 32, lane = ct % 32, g = lane / 4, t4 = lane % 4;
+  const int rbase = cw * 64 + warp * 16 + g; // tile row of the first row
+  const float mul = SPECIAL ? 1.0f : p.scale * kLog2e;
+  uint32_t it = 0, nq = 0;
+
+  for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
+    const item t = item_of<BM, BN>(p, w);
+    if (!t.valid) continue;
+    const int nrows = min(BM, t.sq - t.row0);
+    const int shift = fa_gpu_shift(&p, t.sq, t.sk);
+    float o[NO][ON / 2];
+#pragma unroll
+    for (int n = 0; n < NO; n++)
+#pragma unroll
+      for (int e = 0; e < ON / 2; e++) o[n][e] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+
+    if (t.kb0 < t.kb1) {
+      // Blocks every row of the tile sees whole need no mask (see sm80).
+      int full_lo, full_hi;
+      {
+        int lo_f, hi_f, lo_l, hi_l;
+        fa_gpu_visible(&p, t.row0, t.sq, t.sk, &lo_f, &hi_f);
+        fa_gpu_visible(&p, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
+        full_lo = lo_l;
+        full_hi = lo_f < hi_f ? hi_f - BN : -1;
+      }
+      bar_wait(q_full, nq & 1);
+      for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
+        const uint32_t s = it % ST, ph = (it / ST) & 1;
+        // ---- S = Q K^T ----
+        float sc[BN / 2];
+        bar_wait(k_full + 8 * s, ph);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+          const int cb = ks / 4, kk = ks % 4;
+          const uint64_t da =
+              desc_sw128(sQ + cb * BM * 128 + cw * 64 * 128 + kk * 32, 16, 1024);
+          const uint64_t db =
+              desc_sw128(sK + s * KVB + cb * BN * 128 + kk * 32, 16, 1024);
+          wgmma<T, BN>::ss(sc, da, db, ks > 0);
+        }
+        wg_commit();
+        wg_wait_all();
+        pin(sc);
+        if (kb == t.kb1 - 1) bar_arrive(q_empty);
+
+        // ---- transform, mask ----
+        const int col0 = kb * BN;
+        if (SPECIAL) {
+#pragma unroll
+          for (int hr = 0; hr < 2; hr++) {
+            const int i = t.row0 + rbase + 8 * hr;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                float &v = sc[4 * j + 2 * hr + e];
+                v = fa_gpu_transform(&p, p.scale * v, t.h, i,
+                                     col0 + 8 * j + 2 * t4 + e, shift) *
+                    kLog2e;
+              }
+          }
+        }
+        if (col0 < full_lo || col0 > full_hi) {
+#pragma unroll
+          for (int hr = 0; hr < 2; hr++) {
+            int lo, hi;
+            fa_gpu_visible(&p, t.row0 + rbase + 8 * hr, t.sq, t.sk, &lo, &hi);
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                const int c = col0 + 8 * j + 2 * t4 + e;
+                if (c < lo || c >= hi) sc[4 * j + 2 * hr + e] = -INFINITY;
+              }
+          }
+        }
+
+        // ---- online softmax ----
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          float m = mrow[hr];
+#pragma unroll
+          for (int j = 0; j < BN / 8; j++)
+            m = fmaxf(m, fmaxf(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
+          m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
+          const float ref = m == -INFINITY ? 0.0f : m * mul;
+          const float alpha = ex2(mrow[hr] * mul - ref);
+          mrow[hr] = m;
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              float &v = sc[4 * j + 2 * hr + e];
+              v = ex2(fmaf(v, mul, -ref));
+              sum += v;
+            }
+          lrow[hr] = lrow[hr] * alpha + sum;
+#pragma unroll
+          for (int n = 0; n < NO; n++)
+#pragma unroll
+            for (int j = 0; j < ON / 8; j++) {
+              o[n][4 * j + 2 * hr] *= alpha;
+              o[n][4 * j + 2 * hr + 1] *= alpha;
+            }
+        }
+        // P as the A operand: the accumulators of n8 chunks 2kk and 2kk+1
+        // are, packed, the m16n8k16 A fragment of keys 16kk..16kk+15.
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            pa[kk][e] = pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+
+        // ---- O += P V ----
+        bar_wait(v_full + 8 * s, ph);
+        if (col0 + BN > t.sk) {
+          // Rows past the sequence: zero them (see the header), then make
+          // the generic-proxy stores visible to wgmma for both consumers.
+          const int valid = t.sk - col0;
+          const int chunks = (BN - valid) * NCB * 8;
+          for (int c = ct; c < chunks; c += 256) {
+            const int r = valid + c / (NCB * 8), cb = (c / 8) % NCB, k = c % 8;
+            const uint32_t a = sV + s * KVB + cb * BN * 128 + r * 128 + k * 16;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a),
+                         "r"(0)
+                         : "memory");
+          }
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        }
+#pragma unroll
+        for (int n = 0; n < NO; n++) pin(o[n]);
+        pin(pa);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+          for (int n = 0; n < NO; n++) {
+            const uint64_t db = desc_sw128(
+                sV + s * KVB + n * 2 * BN * 128 + kk * 16 * 128, BN * 128, 1024);
+            wgmma<T, ON>::rs(o[n], pa[kk], db, 1);
+          }
+        wg_commit();
+        wg_wait_all();
+#pragma unroll
+        for (int n = 0; n < NO; n++) pin(o[n]);
+        bar_arrive(kv_empty + 8 * s);
+      }
+      nq++;
+    }
+
+    // ---- epilogue: 1/l (and the sink), O and LSE ----
+    T *go = (T *)p.o.data;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      float l = lrow[hr];
+      l += __shfl_xor_sync(~0u, l, 1);
+      l += __shfl_xor_sync(~0u, l, 2);
+      const int r = rbase + 8 * hr;
+      if (r >= nrows) continue;
+      const int i = t.row0 + r;
+      const float m_nat =
+          mrow[hr] == -INFINITY ? -INFINITY : mrow[hr] * mul * kLn2;
+      float lse;
+      const float f =
+          fa_gpu_finalize(m_nat, l, p.sinks ? p.sinks[t.h] : NAN, &lse);
+      T *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NO; n++)
+#pragma unroll
+        for (int j = 0; j < ON / 8; j++)
+          *reinterpret_cast<uint32_t *>(dst + n * ON + 8 * j) = pack2<T>(
+              o[n][4 * j + 2 * hr] * f, o[n][4 * j + 2 * hr + 1] * f);
+      if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, t.b, t.h, i)] = lse;
+    }
+  }
+}
+
+/* ---- host side: tensor maps and the launch ------------------------------------ */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType,
+                                    cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                    CUtensorMapFloatOOBfill);
+
+/* The driver's cuTensorMapEncodeTiled, found through the runtime (the
+   module must load where no driver exists, so libcuda is never linked). */
+static encode_tiled_fn encoder() {
+  static encode_tiled_fn fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                         cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return (encode_tiled_fn) nullptr;
+    }
+    return (encode_tiled_fn)f;
+  }();
+  return fn;
+}
+
+/* A [batch][rows][heads][D] view (element strides) as a 4-d tensor map of
+   boxes {64 columns, box_rows rows, 1 head, 1 batch}. Returns 0 when the
+   copy engine cannot address it (alignment, stride limits). */
+static int make_map(CUtensorMap *m, const fa_gpu_view &v, int dtype, int d,
+                    int64_t rows, int heads, int batch, int box_rows) {
+  encode_tiled_fn enc = encoder();
+  if (!enc) return 0;
+  const int64_t es = 2;
+  const int64_t ss = v.ss * es, sh = v.sh * es;
+  const int64_t sb = batch > 1 ? v.sb * es : rows * ss; // one-batch: unused
+  const int64_t lim = (int64_t)1 << 40;
+  if ((uintptr_t)v.data % 16 || ss % 16 || sh % 16 || sb % 16 || ss <= 0 ||
+      sh <= 0 || sb <= 0 || ss >= lim || sh >= lim || sb >= lim || rows < 1 ||
+      rows > 0xFFFFFFFFll)
+    return 0;
+  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)rows, (cuuint64_t)heads,
+                        (cuuint64_t)batch};
+  cuuint64_t strides[3] = {(cuuint64_t)ss, (cuuint64_t)sh, (cuuint64_t)sb};
+  cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
+  cuuint32_t step[4] = {1, 1, 1, 1};
+  CUresult r = enc(m,
+                   dtype == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                   4, v.data, dims, strides, box, step,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+template <int D> constexpr int smem_bytes() {
+  typedef tile<D> TL;
+  // 1 KB to align the base to the swizzle atom, 256 B of barriers.
+  return TL::BM * D * 2 + 2 * TL::STAGES * TL::BN * D * 2 + 1024 + 256;
+}
+
+/* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
+   be described to the copy engine; the caller then runs the sm80 kernel.
+   p: the problem with the sm90 geometry (block_rows = BM, one split, no
+   GQA packing; num_work = batch x heads_q x q blocks); rows_q / rows_k:
+   storage rows of varlen Q / K (0 when dense). */
+template <typename T, int D>
+int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
+           void *stream) {
+  typedef tile<D> TL;
+  if (p->num_work <= 0) return 0;
+  CUtensorMap tq, tk, tv;
+  const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
+  const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
+  const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
+  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, TL::BM) ||
+      !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, TL::BN) ||
+      !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, TL::BN))
+    return -1;
+  const bool special =
+      p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
+  auto kernel = special ? fwd_kernel<T, D, true> : fwd_kernel<T, D, false>;
+  constexpr int smem = smem_bytes<D>();
+  cudaError_t e = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return (int)e;
+  const int64_t grid = p->num_work < sms ? p->num_work : sms;
+  kernel<<<(unsigned)grid, 384, smem, (cudaStream_t)stream>>>(*p, tq, tk, tv);
+  return (int)cudaGetLastError();
+}
+
+} // namespace fa_sm90
+
+/* One instantiation: extern "C" launcher fa_sm90_fwd_<dtype>_d<dim>. */
+#define FA_SM90_FWD_INSTANCE(T, tname, D)                                      \
+  extern "C" int fa_sm90_fwd_##tname##_d##D(const fa_gpu_params *p,          \
+                                            int64_t rows_q, int64_t rows_k,   \
+                                            int sms, void *stream) {          \
+    return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, stream);             \
+  }
+
+#endif
