@@ -48,6 +48,9 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+#include <type_traits>
 
 #include "flashattn.h"
 #include "gpu_semantics.h"
@@ -63,9 +66,10 @@ template <int D> struct tile;
 #include "sm90_tiles.def"
 #undef FA_SM90_TILE
 
-/* Registers a warpgroup keeps after setmaxnreg: 128 x 40 + 256 x 232 =
-   64,512 of the SM's 65,536. */
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+/* Registers a warpgroup keeps after setmaxnreg: 128 x 24 + 256 x 240 =
+   64,512 of the SM's 65,536 (ptxas allocates each branch to its limit; at
+   232 the overlapped schedule of d128 spilled, at 240 it does not). */
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 /* ---- PTX wrappers ----------------------------------------------------------- */
@@ -119,8 +123,10 @@ __device__ __forceinline__ void wg_fence() {
 __device__ __forceinline__ void wg_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wg_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+/* Wait until at most N committed groups are pending (groups complete in
+   order). */
+template <int N> __device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* Pins registers at this point of the program: the compiler may not move
    their reads or writes across it (wgmma reads and writes them behind its
@@ -184,7 +190,7 @@ __device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
   return t;
 }
 
-template <typename T, int D, bool SPECIAL>
+template <typename T, int D, bool SPECIAL, bool PINGPONG>
 __global__ void __launch_bounds__(384, 1)
     fwd_kernel(const __grid_constant__ fa_gpu_params p,
                const __grid_constant__ CUtensorMap tq,
@@ -262,6 +268,10 @@ __global__ void __launch_bounds__(384, 1)
   const int rbase = cw * 64 + warp * 16 + g; // tile row of the first row
   const float mul = SPECIAL ? 1.0f : p.scale * kLog2e;
   uint32_t it = 0, nq = 0;
+  // Ping-pong: the two consumers take turns issuing their GEMMs (named
+  // barriers 2 and 3), so that one's tensor-core work overlaps the other's
+  // softmax. Consumer 0 has the first turn.
+  if (PINGPONG && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 
   for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
     const item t = item_of<BM, BN>(p, w);
@@ -275,143 +285,235 @@ __global__ void __launch_bounds__(384, 1)
       for (int e = 0; e < ON / 2; e++) o[n][e] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
+    // Blocks every row of the tile sees whole need no mask (see sm80).
+    int full_lo = 0, full_hi = -1;
     if (t.kb0 < t.kb1) {
-      // Blocks every row of the tile sees whole need no mask (see sm80).
-      int full_lo, full_hi;
-      {
-        int lo_f, hi_f, lo_l, hi_l;
-        fa_gpu_visible(&p, t.row0, t.sq, t.sk, &lo_f, &hi_f);
-        fa_gpu_visible(&p, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
-        full_lo = lo_l;
-        full_hi = lo_f < hi_f ? hi_f - BN : -1;
+      int lo_f, hi_f, lo_l, hi_l;
+      fa_gpu_visible(&p, t.row0, t.sq, t.sk, &lo_f, &hi_f);
+      fa_gpu_visible(&p, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
+      full_lo = lo_l;
+      full_hi = lo_f < hi_f ? hi_f - BN : -1;
+    }
+
+    // ---- the steps of one K/V block ----
+    // S = Q K_s^T, issued (the caller commits and waits).
+    auto issue_s = [&](float (&sc)[BN / 2], uint32_t s) {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ks++) {
+        const int cb = ks / 4, kk = ks % 4;
+        const uint64_t da =
+            desc_sw128(sQ + cb * BM * 128 + cw * 64 * 128 + kk * 32, 16, 1024);
+        const uint64_t db =
+            desc_sw128(sK + s * KVB + cb * BN * 128 + kk * 32, 16, 1024);
+        wgmma<T, BN>::ss(sc, da, db, ks > 0);
       }
-      bar_wait(q_full, nq & 1);
-      for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
-        const uint32_t s = it % ST, ph = (it / ST) & 1;
-        // ---- S = Q K^T ----
-        float sc[BN / 2];
-        bar_wait(k_full + 8 * s, ph);
-        wg_fence();
+    };
+    // O += P V_s, issued.
+    auto issue_pv = [&](const uint32_t (&pa)[BN / 16][4], uint32_t s) {
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-          const int cb = ks / 4, kk = ks % 4;
-          const uint64_t da =
-              desc_sw128(sQ + cb * BM * 128 + cw * 64 * 128 + kk * 32, 16, 1024);
-          const uint64_t db =
-              desc_sw128(sK + s * KVB + cb * BN * 128 + kk * 32, 16, 1024);
-          wgmma<T, BN>::ss(sc, da, db, ks > 0);
+      for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+          const uint64_t db = desc_sw128(
+              sV + s * KVB + n * 2 * BN * 128 + kk * 16 * 128, BN * 128, 1024);
+          wgmma<T, ON>::rs(o[n], pa[kk], db, 1);
         }
-        wg_commit();
-        wg_wait_all();
-        pin(sc);
-        if (kb == t.kb1 - 1) bar_arrive(q_empty);
-
-        // ---- transform, mask ----
-        const int col0 = kb * BN;
-        if (SPECIAL) {
-#pragma unroll
-          for (int hr = 0; hr < 2; hr++) {
-            const int i = t.row0 + rbase + 8 * hr;
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-              for (int e = 0; e < 2; e++) {
-                float &v = sc[4 * j + 2 * hr + e];
-                v = fa_gpu_transform(&p, p.scale * v, t.h, i,
-                                     col0 + 8 * j + 2 * t4 + e, shift) *
-                    kLog2e;
-              }
-          }
-        }
-        if (col0 < full_lo || col0 > full_hi) {
-#pragma unroll
-          for (int hr = 0; hr < 2; hr++) {
-            int lo, hi;
-            fa_gpu_visible(&p, t.row0 + rbase + 8 * hr, t.sq, t.sk, &lo, &hi);
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-              for (int e = 0; e < 2; e++) {
-                const int c = col0 + 8 * j + 2 * t4 + e;
-                if (c < lo || c >= hi) sc[4 * j + 2 * hr + e] = -INFINITY;
-              }
-          }
-        }
-
-        // ---- online softmax ----
+    };
+    // Scores of block kb: transform (softcap, ALiBi, negative scale), mask.
+    auto scores = [&](float (&sc)[BN / 2], int kb) {
+      const int col0 = kb * BN;
+      if (SPECIAL) {
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-          float m = mrow[hr];
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++)
-            m = fmaxf(m, fmaxf(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
-          m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
-          const float ref = m == -INFINITY ? 0.0f : m * mul;
-          const float alpha = ex2(mrow[hr] * mul - ref);
-          mrow[hr] = m;
-          float sum = 0.0f;
+          const int i = t.row0 + rbase + 8 * hr;
 #pragma unroll
           for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               float &v = sc[4 * j + 2 * hr + e];
-              v = ex2(fmaf(v, mul, -ref));
-              sum += v;
-            }
-          lrow[hr] = lrow[hr] * alpha + sum;
-#pragma unroll
-          for (int n = 0; n < NO; n++)
-#pragma unroll
-            for (int j = 0; j < ON / 8; j++) {
-              o[n][4 * j + 2 * hr] *= alpha;
-              o[n][4 * j + 2 * hr + 1] *= alpha;
+              v = fa_gpu_transform(&p, p.scale * v, t.h, i,
+                                   col0 + 8 * j + 2 * t4 + e, shift) *
+                  kLog2e;
             }
         }
-        // P as the A operand: the accumulators of n8 chunks 2kk and 2kk+1
-        // are, packed, the m16n8k16 A fragment of keys 16kk..16kk+15.
-        uint32_t pa[BN / 16][4];
+      }
+      if (col0 < full_lo || col0 > full_hi) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
+        for (int hr = 0; hr < 2; hr++) {
+          int lo, hi;
+          fa_gpu_visible(&p, t.row0 + rbase + 8 * hr, t.sq, t.sk, &lo, &hi);
 #pragma unroll
-          for (int e = 0; e < 4; e++)
-            pa[kk][e] = pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
-
-        // ---- O += P V ----
-        bar_wait(v_full + 8 * s, ph);
-        if (col0 + BN > t.sk) {
-          // Rows past the sequence: zero them (see the header), then make
-          // the generic-proxy stores visible to wgmma for both consumers.
-          const int valid = t.sk - col0;
-          const int chunks = (BN - valid) * NCB * 8;
-          for (int c = ct; c < chunks; c += 256) {
-            const int r = valid + c / (NCB * 8), cb = (c / 8) % NCB, k = c % 8;
-            const uint32_t a = sV + s * KVB + cb * BN * 128 + r * 128 + k * 16;
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a),
-                         "r"(0)
-                         : "memory");
+          for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int c = col0 + 8 * j + 2 * t4 + e;
+              if (c < lo || c >= hi) sc[4 * j + 2 * hr + e] = -INFINITY;
+            }
+        }
+      }
+    };
+    // Online softmax over sc (in place: sc becomes P), m and l updated;
+    // alpha[hr] = the factor O must be rescaled by. pack_p then packs P to
+    // 16 bits (the accumulators of n8 chunks 2kk, 2kk+1 are, packed, the
+    // m16n8k16 A fragment of keys 16kk..16kk+15).
+    auto softmax = [&](float (&sc)[BN / 2], float (&alpha)[2]) {
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        float m = mrow[hr];
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+          m = fmaxf(m, fmaxf(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
+        m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
+        const float ref = m == -INFINITY ? 0.0f : m * mul;
+        alpha[hr] = ex2(mrow[hr] * mul - ref);
+        mrow[hr] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            float &v = sc[4 * j + 2 * hr + e];
+            v = ex2(fmaf(v, mul, -ref));
+            sum += v;
           }
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-          asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        }
+        lrow[hr] = lrow[hr] * alpha[hr] + sum;
+      }
+    };
+    auto pack_p = [&](const float (&sc)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          pa[kk][e] = pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+    };
+    auto rescale = [&](const float (&alpha)[2]) {
+#pragma unroll
+      for (int n = 0; n < NO; n++)
+#pragma unroll
+        for (int j = 0; j < ON / 8; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) o[n][4 * j + e] *= alpha[e / 2];
+    };
+    // V rows past the sequence's end: zeroed (see the header), the stores
+    // made visible to wgmma; both consumers take part.
+    auto zero_tail = [&](uint32_t s, int kb) {
+      const int valid = t.sk - kb * BN;
+      const int chunks = (BN - valid) * NCB * 8;
+      for (int c = ct; c < chunks; c += 256) {
+        const int r = valid + c / (NCB * 8), cb = (c / 8) % NCB, k = c % 8;
+        const uint32_t a = sV + s * KVB + cb * BN * 128 + r * 128 + k * 16;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a),
+                     "r"(0)
+                     : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    };
+
+    if (t.kb0 < t.kb1 && !PINGPONG) {
+      // Serial schedule: S, softmax, P V, one block after the other.
+      bar_wait(q_full, nq & 1);
+      for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
+        const uint32_t s = it % ST, ph = (it / ST) & 1;
+        float sc[BN / 2], alpha[2];
+        uint32_t pa[BN / 16][4];
+        bar_wait(k_full + 8 * s, ph);
+        wg_fence();
+        issue_s(sc, s);
+        wg_commit();
+        wg_wait<0>();
+        pin(sc);
+        if (kb == t.kb1 - 1) bar_arrive(q_empty);
+        scores(sc, kb);
+        softmax(sc, alpha);
+        pack_p(sc, pa);
+        rescale(alpha);
+        bar_wait(v_full + 8 * s, ph);
+        if ((kb + 1) * BN > t.sk) zero_tail(s, kb);
 #pragma unroll
         for (int n = 0; n < NO; n++) pin(o[n]);
         pin(pa);
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-          for (int n = 0; n < NO; n++) {
-            const uint64_t db = desc_sw128(
-                sV + s * KVB + n * 2 * BN * 128 + kk * 16 * 128, BN * 128, 1024);
-            wgmma<T, ON>::rs(o[n], pa[kk], db, 1);
-          }
+        issue_pv(pa, s);
         wg_commit();
-        wg_wait_all();
+        wg_wait<0>();
 #pragma unroll
         for (int n = 0; n < NO; n++) pin(o[n]);
         bar_arrive(kv_empty + 8 * s);
       }
+      nq++;
+    } else if (t.kb0 < t.kb1) {
+      // Overlapped schedule (FlashAttention-3's two ideas, our code): in
+      // the GEMM turn of block j a consumer issues S_{j+1} = Q K_{j+1}^T
+      // and then O += P_j V_j, passes the turn, and computes the softmax
+      // of S_{j+1} while P_j V_j still runs; O is rescaled once that
+      // product is done, and P_{j+1} packed to 16 bits then (the running
+      // wgmma reads P_j's registers until then).
+      float sc[BN / 2], alpha[2];
+      uint32_t pa[BN / 16][4];
+      bar_wait(q_full, nq & 1);
+      {
+        const uint32_t s = it % ST, ph = (it / ST) & 1;
+        bar_wait(k_full + 8 * s, ph);
+        wg_fence();
+        issue_s(sc, s);
+        wg_commit();
+        wg_wait<0>();
+        pin(sc);
+        if (t.kb0 == t.kb1 - 1) bar_arrive(q_empty);
+        scores(sc, t.kb0);
+        softmax(sc, alpha); // alpha: O is still zero
+        pack_p(sc, pa);
+      }
+      // One block's turn; NEXT: a block follows (its S is issued here).
+      // Two instantiations rather than a run-time test, so that ptxas sees
+      // a fixed number of wgmma groups in flight at each wait.
+      auto step = [&](auto has_next, int kb) {
+        constexpr bool NEXT = decltype(has_next)::value;
+        const uint32_t s = it % ST, ph = (it / ST) & 1;
+        const uint32_t sn = (it + 1) % ST, phn = ((it + 1) / ST) & 1;
+        bar_wait(v_full + 8 * s, ph);
+        if ((kb + 1) * BN > t.sk) zero_tail(s, kb);
+        if (NEXT) bar_wait(k_full + 8 * sn, phn);
+        if (cw == 0)
+          asm volatile("bar.sync 2, 256;\n" ::: "memory");
+        else
+          asm volatile("bar.sync 3, 256;\n" ::: "memory");
+#pragma unroll
+        for (int n = 0; n < NO; n++) pin(o[n]);
+        pin(pa);
+        wg_fence();
+        if constexpr (NEXT) {
+          issue_s(sc, sn);
+          wg_commit();
+        }
+        issue_pv(pa, s);
+        wg_commit();
+        if (cw == 0)
+          asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+        else
+          asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+        if constexpr (NEXT) {
+          wg_wait<1>();
+          pin(sc);
+          if (kb + 1 == t.kb1 - 1) bar_arrive(q_empty);
+          scores(sc, kb + 1);
+          softmax(sc, alpha);
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int n = 0; n < NO; n++) pin(o[n]);
+        bar_arrive(kv_empty + 8 * s);
+        if constexpr (NEXT) {
+          rescale(alpha);
+          pack_p(sc, pa);
+        }
+        it++;
+      };
+      for (int kb = t.kb0; kb < t.kb1 - 1; kb++)
+        step(std::true_type(), kb);
+      step(std::false_type(), t.kb1 - 1);
       nq++;
     }
 
@@ -525,7 +627,14 @@ int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
     return -1;
   const bool special =
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
-  auto kernel = special ? fwd_kernel<T, D, true> : fwd_kernel<T, D, false>;
+  // FA_SM90_SERIAL=1: the serial schedule (no ping-pong, no overlap of
+  // softmax and P V), kept to measure what the overlap buys.
+  const char *serial = getenv("FA_SM90_SERIAL");
+  const bool pp = !(serial && *serial && *serial != '0');
+  auto kernel = special ? (pp ? fwd_kernel<T, D, true, true>
+                              : fwd_kernel<T, D, true, false>)
+                        : (pp ? fwd_kernel<T, D, false, true>
+                              : fwd_kernel<T, D, false, false>);
   constexpr int smem = smem_bytes<D>();
   cudaError_t e = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
