@@ -9,7 +9,7 @@
 // fa_explain() and FA_LOG=dispatch print; nothing crashes.
 //
 // Host side of every call: set the context's device, fill one
-// fa_cuda_params from the validated problem and the core's plan, take
+// fa_gpu_params (backends/gpu/gpu_host.h) from the validated problem and the core's plan, take
 // scratch from the context's workspace (grown on demand, never per call in
 // steady state), enqueue the kernels on the context's stream, check every
 // CUDA call. Failures become FA_ERR_BACKEND (or FA_ERR_OUT_OF_MEMORY) with
@@ -24,7 +24,8 @@
 //       tensors not 16-byte aligned, softcap/ALiBi/paged backward and the
 //       like fall back to the generic kernels (logged with FA_LOG=dispatch);
 //   cuda.generic  every problem with head dims <= 256, forward and backward
-//       (kernels_generic.cu; fixed summation order, no atomics).
+//       (backends/gpu/generic_kernels.h, the same source as the HIP
+//       module's hip.generic; fixed summation order, no atomics).
 // Environment (triage):
 //   FA_CUDA_GENERIC=1        the tensor-core kernels say no (dispatch takes
 //                            cuda.generic; tests compare the two);
@@ -39,6 +40,7 @@
 
 #include "backend.h"
 #include "cuda_internal.h"
+#include "gpu_host.h"
 
 static const fa_core_services *core; // set once by fa_module_backends()
 
@@ -263,44 +265,6 @@ static fa_status synchronize(void *state) {
   return FA_OK;
 }
 
-/* ---- parameters ---------------------------------------------------------- */
-
-static fa_cuda_view view_of(const fa_tensor *t) {
-  fa_cuda_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
-  return v;
-}
-
-static void fill_problem(fa_cuda_params *q, const fa_problem *p) {
-  const fa_attention *a = &p->a;
-  memset(q, 0, sizeof *q);
-  q->batch = a->batch;
-  q->seqlen_q = a->seqlen_q;
-  q->seqlen_k = a->seqlen_k;
-  q->heads_q = a->heads_q;
-  q->heads_kv = a->heads_kv;
-  q->group = p->group;
-  q->head_dim = a->head_dim;
-  q->head_dim_v = a->head_dim_v;
-  q->scale = a->scale;
-  q->softcap = a->softcap;
-  q->window_left = a->window_left;
-  q->window_right = a->window_right;
-  q->top_left = p->top_left;
-  q->varlen_q = p->varlen_q;
-  q->varlen_k = p->varlen_k;
-  q->paged = p->paged;
-  q->dtype = (int)p->dtype;
-  q->alibi_slopes = a->alibi_slopes;
-  q->sinks = a->sinks;
-  q->cu_seqlens_q = a->cu_seqlens_q;
-  q->cu_seqlens_k = a->cu_seqlens_k;
-  q->seqused_k = a->seqused_k;
-  q->block_table = a->block_table;
-  q->max_blocks_per_seq = a->max_blocks_per_seq;
-  q->page_size = a->page_size;
-  q->only_batch = -1;
-}
-
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
@@ -309,23 +273,13 @@ static fa_status launched(int err, const char *kernel) {
 }
 
 /* Workspace for the split partials, if the plan splits the keys. */
-static fa_status split_scratch(cuda_state *st, fa_cuda_params *q) {
-  if (q->num_splits <= 1) return FA_OK;
-  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
-  size_t bytes = rows * 2 * sizeof(float) +
-                 rows * (size_t)q->head_dim_v * sizeof(float);
+static fa_status split_scratch(cuda_state *st, fa_gpu_params *q) {
+  size_t bytes = fa_gpu_split_bytes(q);
+  if (!bytes) return FA_OK;
   void *ws = NULL;
   fa_status s = workspace(st, bytes, &ws);
-  if (s) return s;
-  q->part_ml = ws;
-  q->part_o = (float *)ws + rows * 2;
-  return FA_OK;
-}
-
-static fa_status grid_fits(int64_t blocks, const char *what) {
-  if (blocks <= INT_MAX) return FA_OK;
-  return core->fail(FA_ERR_UNSUPPORTED, "%s: %lld CTAs exceed the grid limit",
-                    what, (long long)blocks);
+  if (!s) fa_gpu_place_split(q, ws);
+  return s;
 }
 
 /* ---- forward ----------------------------------------------------------------- */
@@ -335,21 +289,9 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
   cuda_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
-  fa_cuda_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.lse = a->lse;
-  q.block_q = plan->block_q;
-  q.block_k = plan->block_k;
-  q.pack_group = plan->pack_group;
-  q.block_rows = plan->block_rows;
-  q.num_q_blocks = plan->num_q_blocks;
-  q.num_splits = plan->num_splits;
-  q.num_work = plan->num_work;
-  if ((s = grid_fits(q.num_work, "cuda.generic"))) return s;
+  fa_gpu_params q;
+  fa_gpu_fill_forward(&q, p, plan, a);
+  if ((s = fa_gpu_grid_fits(core, q.num_work, "cuda.generic"))) return s;
   if ((s = split_scratch(st, &q))) return s;
   if ((s = launched(fa_cuda_launch_fwd_generic(&q, st->stream),
                     "cuda.generic forward")))
@@ -365,14 +307,14 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
 #define FA_SM80_INST(t, d, v)                                                  \
-  int fa_sm80_fwd_##t##_d##d##_v##v(const fa_cuda_params *p, void *stream);
+  int fa_sm80_fwd_##t##_d##d##_v##v(const fa_gpu_params *p, void *stream);
 #include "sm80_instances.h"
 #undef FA_SM80_INST
 
 typedef struct sm80_instance {
   fa_dtype dtype;
   int dim, variant;
-  int (*launch)(const fa_cuda_params *p, void *stream);
+  int (*launch)(const fa_gpu_params *p, void *stream);
 } sm80_instance;
 
 static const sm80_instance sm80_instances[] = {
@@ -436,23 +378,13 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   }
   fa_status s = use_device(st);
   if (s) return s;
-  fa_cuda_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.lse = a->lse;
+  fa_gpu_params q;
+  fa_gpu_fill_forward(&q, p, plan, a);
   // The kernel's tile has t->block_q lanes; the plan's rows x heads fill
   // them (all of them unless one block covers the sequence).
   q.block_q = t->block_q;
   q.block_k = t->block_k;
-  q.pack_group = plan->pack_group;
-  q.block_rows = plan->block_rows;
-  q.num_q_blocks = plan->num_q_blocks;
-  q.num_splits = plan->num_splits;
-  q.num_work = plan->num_work;
-  if ((s = grid_fits(q.num_work, name))) return s;
+  if ((s = fa_gpu_grid_fits(core, q.num_work, name))) return s;
   if ((s = split_scratch(st, &q))) return s;
   if (core->log_enabled())
     core->log("  %s %s: tile %d x %d (%d warps), %d kv split%s", BACKEND_NAME,
@@ -553,61 +485,31 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
 
 /* ---- backward ------------------------------------------------------------- */
 
+static const fa_gpu_bwd_launchers generic_bwd = {
+    fa_cuda_launch_bwd_delta, fa_cuda_launch_bwd_dq, fa_cuda_launch_bwd_dkdv,
+    fa_cuda_launch_bwd_zero_paged};
+
 static fa_status bwd_generic(void *state, const fa_problem *p,
                              const fa_plan_data *plan, const fa_bwd_args *a) {
   cuda_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
-  fa_cuda_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.d_o = view_of(&a->d_o);
-  q.dq = view_of(&a->dq);
-  q.dk = view_of(&a->dk);
-  q.dv = view_of(&a->dv);
-  q.lse_in = a->lse;
-  q.block_q = plan->block_q;
-  q.block_k = plan->block_k;
-  q.pack_group = 1; // the core plans backward without GQA packing
-  q.block_rows = plan->block_rows;
-  q.num_q_blocks = plan->num_q_blocks;
-  q.num_splits = 1;
-  int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
-  int64_t rows_k = (int64_t)q.batch * q.heads_kv * q.seqlen_k;
-  if ((s = grid_fits((rows_q + 3) / 4, "cuda.generic backward")) ||
-      (s = grid_fits((rows_k + 3) / 4, "cuda.generic backward")))
+  fa_gpu_params q;
+  fa_gpu_fill_backward(&q, p, plan, a);
+  if ((s = fa_gpu_generic_bwd_fits(core, &q, "cuda.generic backward")))
     return s;
   void *ws = NULL;
-  if ((s = workspace(st, (size_t)rows_q * sizeof(float), &ws))) return s;
+  if ((s = workspace(st, (size_t)fa_gpu_rows_q(&q) * sizeof(float), &ws)))
+    return s;
   q.delta = ws;
-  if ((s = launched(fa_cuda_launch_bwd_delta(&q, st->stream),
-                    "cuda.generic backward (D = rowsum(dO o O))")) ||
-      (s = launched(fa_cuda_launch_bwd_dq(&q, st->stream),
-                    "cuda.generic backward (dQ)")))
-    return s;
-  if (!q.paged)
-    return launched(fa_cuda_launch_bwd_dkdv(&q, st->stream),
-                    "cuda.generic backward (dK, dV)");
-  // Paged pools may share pages between sequences: zero every named slot,
-  // then add one sequence at a time.
-  if ((s = launched(fa_cuda_launch_bwd_zero_paged(&q, st->stream),
-                    "cuda.generic backward (zero dK, dV pages)")))
-    return s;
-  for (int b = 0; b < q.batch; b++) {
-    q.only_batch = b;
-    if ((s = launched(fa_cuda_launch_bwd_dkdv(&q, st->stream),
-                      "cuda.generic backward (dK, dV)")))
-      return s;
-  }
-  return FA_OK;
+  const char *step = NULL;
+  int err = fa_gpu_bwd_generic_launch(&generic_bwd, &q, st->stream, &step);
+  return launched(err, step);
 }
 
 /* The tensor-core backward (sm80_bwd.cuh), per (dtype, head dim). */
 #define FA_SM80_BWD_INST(t, d)                                                 \
-  int fa_sm80_bwd_##t##_d##d(const fa_cuda_params *p, float *dq_acc,          \
+  int fa_sm80_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,          \
                              void *stream);
 #include "sm80_bwd_instances.h"
 #undef FA_SM80_BWD_INST
@@ -615,7 +517,7 @@ static fa_status bwd_generic(void *state, const fa_problem *p,
 typedef struct sm80_bwd_instance {
   fa_dtype dtype;
   int dim;
-  int (*launch)(const fa_cuda_params *p, float *dq_acc, void *stream);
+  int (*launch)(const fa_gpu_params *p, float *dq_acc, void *stream);
 } sm80_bwd_instance;
 
 static const sm80_bwd_instance sm80_bwd_instances[] = {
@@ -660,24 +562,14 @@ static fa_status bwd_sm80(void *state, const fa_problem *p,
   }
   fa_status s = use_device(st);
   if (s) return s;
-  fa_cuda_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.d_o = view_of(&a->d_o);
-  q.dq = view_of(&a->dq);
-  q.dk = view_of(&a->dk);
-  q.dv = view_of(&a->dv);
-  q.lse_in = a->lse;
-  q.num_splits = 1;
-  q.pack_group = 1;
-  int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
+  fa_gpu_params q;
+  fa_gpu_fill_backward(&q, p, plan, a);
+  int64_t rows_q = fa_gpu_rows_q(&q);
   int64_t kblocks = (int64_t)q.batch * q.heads_kv * ((q.seqlen_k + 63) / 64);
-  if ((s = grid_fits((rows_q + 3) / 4, "backward (D)")) ||
-      (s = grid_fits(kblocks, "cuda.sm80 backward")) ||
-      (s = grid_fits(rows_q * q.head_dim / 2 / 256 + 1, "backward (dQ)")))
+  if ((s = fa_gpu_grid_fits(core, (rows_q + 3) / 4, "backward (D)")) ||
+      (s = fa_gpu_grid_fits(core, kblocks, "cuda.sm80 backward")) ||
+      (s = fa_gpu_grid_fits(core, rows_q * q.head_dim / 2 / 256 + 1,
+                            "backward (dQ)")))
     return s;
   size_t delta_bytes = ((size_t)rows_q * sizeof(float) + 255) & ~(size_t)255;
   size_t acc_bytes = (size_t)rows_q * (size_t)q.head_dim * sizeof(float);
@@ -704,22 +596,11 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   cuda_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
-  if (head_dim > FA_CUDA_MAX_HEAD_DIM)
-    return core->fail(FA_ERR_UNSUPPORTED, "%s: merge with head_dim %d > %d",
-                      BACKEND_NAME, head_dim, FA_CUDA_MAX_HEAD_DIM);
-  size_t bytes = sizeof(fa_cuda_merge_part) * (size_t)n;
-  fa_cuda_merge_part *desc = malloc(bytes);
-  if (!desc)
-    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: merge descriptors: out of "
-                      "memory", BACKEND_NAME);
-  for (int i = 0; i < n; i++) {
-    desc[i].o = o_parts[i].data;
-    desc[i].dtype = (int)o_parts[i].dtype;
-    desc[i].sb = o_parts[i].stride_batch;
-    desc[i].ss = o_parts[i].stride_seq;
-    desc[i].sh = o_parts[i].stride_head;
-    desc[i].lse = lse_parts[i];
-  }
+  fa_gpu_merge_part *desc;
+  if ((s = fa_gpu_merge_parts(core, BACKEND_NAME, n, o_parts, lse_parts,
+                              head_dim, &desc)))
+    return s;
+  size_t bytes = sizeof *desc * (size_t)n;
   void *ws = NULL;
   s = workspace(st, bytes, &ws);
   if (!s) {
@@ -732,29 +613,15 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   free(desc);
   if (s) return s;
   return launched(fa_cuda_launch_merge(n, ws, (int)o.dtype, batch, seqlen,
-                                       heads, head_dim, view_of(&o), lse,
-                                       st->stream),
+                                       heads, head_dim, fa_gpu_view_of(&o),
+                                       lse, st->stream),
                   "the merge kernel");
 }
 
 /* ---- kernels and dispatch ---------------------------------------------------- */
 
-static int generic_dims(const fa_problem *p, char *why, size_t len) {
-  if (p->a.head_dim > FA_CUDA_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
-             FA_CUDA_MAX_HEAD_DIM);
-    return 0;
-  }
-  if (p->a.head_dim_v > FA_CUDA_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
-             FA_CUDA_MAX_HEAD_DIM);
-    return 0;
-  }
-  return 1;
-}
-
 static int supports_generic(const fa_problem *p, char *why, size_t len) {
-  return generic_dims(p, why, len);
+  return fa_gpu_generic_supports(p, why, len);
 }
 
 static int supports_sm80(const fa_problem *p, fa_dtype dtype, int dim,

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cuda_params.h"
+#include "gpu_params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,35 +18,11 @@ extern "C" {
 /* Memory space id of the CUDA module (FA_MEMORY_HOST is 0). */
 #define FA_MEMORY_CUDA 1
 
-/* Largest head_dim / head_dim_v any CUDA kernel handles. */
-#define FA_CUDA_MAX_HEAD_DIM 256
-
-/* ---- launchers: generic kernels (kernels_generic.cu) ------------------- */
-
-/* Forward, one warp per query row, any dtype / head dims <= 256; writes O
-   and LSE (num_splits == 1) or the split partials. */
-int fa_cuda_launch_fwd_generic(const fa_cuda_params *p, void *stream);
-/* Merge the split partials of every (batch, head, q block), finalise with
-   the sink, write O and LSE. */
-int fa_cuda_launch_combine(const fa_cuda_params *p, void *stream);
-/* Backward: D = rowsum(dO * O); dQ; dK/dV (zeroing rows past seqused_k). */
-int fa_cuda_launch_bwd_delta(const fa_cuda_params *p, void *stream);
-int fa_cuda_launch_bwd_dq(const fa_cuda_params *p, void *stream);
-int fa_cuda_launch_bwd_dkdv(const fa_cuda_params *p, void *stream);
-/* Paged backward: zero the dK/dV slots the block table names for the real
-   keys of every sequence (before the per-sequence accumulation). */
-int fa_cuda_launch_bwd_zero_paged(const fa_cuda_params *p, void *stream);
-
-/* fa_merge_states on the device. desc: device array of n descriptors. */
-typedef struct fa_cuda_merge_part {
-  const void *o;
-  int dtype; // fa_dtype of this part
-  int64_t sb, ss, sh;
-  const float *lse;
-} fa_cuda_merge_part;
-int fa_cuda_launch_merge(int n, const fa_cuda_merge_part *desc, int dtype,
-                         int batch, int seqlen, int heads, int head_dim,
-                         fa_cuda_view o, float *lse, void *stream);
+/* ---- launchers: generic kernels (kernels_generic.cu, compiled from
+   backends/gpu/generic_kernels.h: cuda.generic) ----------------------------
+   fa_cuda_launch_fwd_generic, _combine, _bwd_delta, _bwd_dq, _bwd_dkdv,
+   _bwd_zero_paged, _merge (see gpu_params.h). */
+FA_GPU_GENERIC_LAUNCHER_DECLS(fa_cuda_launch)
 
 /* ---- launchers: sm80 tensor-core forward (sm80_fwd_*.cu) ----------------- */
 

@@ -5,7 +5,7 @@
 // The core's planner chooses B_r and B_c (core/plan.c) from the
 // capabilities a backend reports. The CUDA backend reports the planning
 // budget below, for which the planner's formula yields exactly the
-// B_r x B_c of every row (tests/cuda/test_cuda_mirror.c checks it). The
+// B_r x B_c of every row (tests/gpu/test_gpu_mirror.c checks it). The
 // formula counts fp32 tiles; the kernels keep 16-bit tiles, so a row uses
 // under half the budget and fits an A100's 164 KB as well as an H100/H200's
 // 227 KB. For short sequences the planner shrinks B_r/B_c below a row's;

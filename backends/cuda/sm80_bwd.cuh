@@ -34,7 +34,7 @@ template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kBwdWarps * 32)
-    bwd_kernel(const __grid_constant__ fa_cuda_params p, float *dq_acc) {
+    bwd_kernel(const __grid_constant__ fa_gpu_params p, float *dq_acc) {
   constexpr int BK = kBwdKeys, BQ = bwd_rows<D>(), NT = kBwdWarps * 32;
   constexpr int CH = D / 8, ND = D / 8, NQ = BQ / 8;
   // dQ step: warp w takes q rows 16 (w % RG) .. and columns
@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   const int jb = (int)(blockIdx.x % nkb);
   const int hk = (int)(blockIdx.x / nkb % p.heads_kv);
   const int b = (int)(blockIdx.x / nkb / p.heads_kv);
-  const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
-  const int storage = fa_cu_storage_k(&p, b), col0 = jb * BK;
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  const int storage = fa_gpu_storage_k(&p, b), col0 = jb * BK;
   if (col0 >= storage) return;
   T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
   const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH, j = col0 + r;
     const bool ok = j < sk;
     const uint32_t so = L::offset(r, c) * 2;
-    cp_async16(aK + so, ok ? gk + fa_cu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
+    cp_async16(aK + so, ok ? gk + fa_gpu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
                ok ? 16 : 0);
-    cp_async16(aV + so, ok ? gv + fa_cu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
+    cp_async16(aV + so, ok ? gv + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
                ok ? 16 : 0);
   }
   cp_async_commit();
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   int i_begin = 0, i_end = 0;
   if (col0 < sk) {
     int a0, a1, b0, b1;
-    fa_cu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
-    fa_cu_queries_of_key(&p, min(col0 + BK, sk) - 1, sq, sk, &b0, &b1);
+    fa_gpu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
+    fa_gpu_queries_of_key(&p, min(col0 + BK, sk) - 1, sq, sk, &b0, &b1);
     i_begin = a0;
     i_end = b1;
   }
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   for (int hr = 0; hr < 2; hr++) {
     const int j = col0 + kw + g + 8 * hr;
     qlo[hr] = qhi[hr] = 0;
-    if (j < sk) fa_cu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
+    if (j < sk) fa_gpu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
   }
   const float sl2 = p.scale * kLog2e;
 
@@ -121,17 +121,17 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
       const bool ok = i < sq;
       const uint32_t so = L::offset(r, c) * 2;
       cp_async16(qb + so,
-                 ok ? gq + fa_cu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq,
+                 ok ? gq + fa_gpu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq,
                  ok ? 16 : 0);
       cp_async16(ob + so,
-                 ok ? gdo + fa_cu_q_offset(&p, &p.d_o, b, i, h) + c * 8 : gdo,
+                 ok ? gdo + fa_gpu_q_offset(&p, &p.d_o, b, i, h) + c * 8 : gdo,
                  ok ? 16 : 0);
     }
     if (tid < BQ) {
       const int i = r0 + tid;
       float l = 0.0f, dl = 0.0f;
       if (i < sq) {
-        const int64_t ri = fa_cu_row_index(&p, b, h, i);
+        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
         l = p.lse_in[ri];
         dl = p.delta[ri];
       }
@@ -274,8 +274,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     const int j = col0 + kw + g + 8 * hr;
     if (j >= storage) continue;
     const bool real = j < sk;
-    T *rk = gdk + fa_cu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
-    T *rv = gdv + fa_cu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
+    T *rk = gdk + fa_gpu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
+    T *rv = gdv + fa_gpu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
 #pragma unroll
     for (int n = 0; n < ND; n++) {
       *reinterpret_cast<uint32_t *>(rk + n * 8) =
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 /* dq = the fp32 accumulator, in the output dtype, rows of real queries. */
 template <typename T, int D>
 __global__ void __launch_bounds__(256)
-    bwd_dq_store(const __grid_constant__ fa_cuda_params p, const float *dq_acc) {
+    bwd_dq_store(const __grid_constant__ fa_gpu_params p, const float *dq_acc) {
   const int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x;
   const int64_t n = (int64_t)p.batch * p.seqlen_q * p.heads_q * (D / 2);
   if (idx >= n) return;
@@ -297,14 +297,14 @@ __global__ void __launch_bounds__(256)
   const int h = (int)(idx / (D / 2) % p.heads_q);
   const int i = (int)(idx / (D / 2) / p.heads_q % p.seqlen_q);
   const int b = (int)(idx / (D / 2) / p.heads_q / p.seqlen_q);
-  if (i >= fa_cu_len_q(&p, b)) return;
+  if (i >= fa_gpu_len_q(&p, b)) return;
   const float *src = dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
-  T *dst = (T *)p.dq.data + fa_cu_q_offset(&p, &p.dq, b, i, h) + d;
+  T *dst = (T *)p.dq.data + fa_gpu_q_offset(&p, &p.dq, b, i, h) + d;
   *reinterpret_cast<uint32_t *>(dst) = ops<T>::pack(src[0], src[1]);
 }
 
 template <typename T, int D>
-int launch_bwd(const fa_cuda_params *p, float *dq_acc, void *stream) {
+int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
   constexpr int smem = bwd_smem_bytes<D>();
   cudaStream_t s = (cudaStream_t)stream;
   cudaError_t e = cudaFuncSetAttribute(
@@ -323,7 +323,7 @@ int launch_bwd(const fa_cuda_params *p, float *dq_acc, void *stream) {
 
 /* extern "C" launcher fa_sm80_bwd_<dtype>_d<dim>. */
 #define FA_SM80_BWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm80_bwd_##tname##_d##D(const fa_cuda_params *p,          \
+  extern "C" int fa_sm80_bwd_##tname##_d##D(const fa_gpu_params *p,          \
                                             float *dq_acc, void *stream) {    \
     return fa_sm80::launch_bwd<T, D>(p, dq_acc, stream);                       \
   }

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "cuda_internal.h"
-#include "cuda_semantics.h"
+#include "gpu_semantics.h"
 
 namespace fa_sm80 {
 
@@ -193,7 +193,7 @@ __device__ __forceinline__ float row_ref(float m, float mul) {
 
 template <typename T, int D, int V, bool SPECIAL>
 __global__ void __launch_bounds__(tile<D, V>::NW * 32)
-    fwd_kernel(const __grid_constant__ fa_cuda_params p) {
+    fwd_kernel(const __grid_constant__ fa_gpu_params p) {
   typedef tile<D, V> TL;
   constexpr int BQ = TL::BQ, BK = TL::BK, NW = TL::NW;
   constexpr int MT = TL::MT, PITCH = TL::PITCH;
@@ -220,8 +220,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t w = blockIdx.x;
   int b, h0, qb, split;
-  fa_cu_work_item(&p, w, &b, &h0, &qb, &split);
-  const int sq = fa_cu_len_q(&p, b), sk = fa_cu_len_k(&p, b);
+  fa_gpu_work_item(&p, w, &b, &h0, &qb, &split);
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
   // Lanes of the tile are (row, head) pairs, head fastest: GQA packing puts
   // the pack q heads that share kv head hk into one tile. Lane r is query
   // row0 + r / pack of head h0 + r % pack; lanes past `lanes` are padding.
@@ -230,9 +230,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   const int nrows = min(p.block_rows, sq - row0), lanes = nrows * pack;
   const int hk = h0 / p.group;
   int kb0, kb1, s0, s1;
-  fa_cu_kv_blocks(&p, p.block_rows, BK, sq, sk, qb, &kb0, &kb1);
-  fa_cu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
-  const int shift = fa_cu_shift(&p, sq, sk);
+  fa_gpu_kv_blocks(&p, p.block_rows, BK, sq, sk, qb, &kb0, &kb1);
+  fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  const int shift = fa_gpu_shift(&p, sq, sk);
 
   const uint32_t sbase = smem_addr(smem_raw);
 
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
     const bool ok = r < lanes;
     const T *src =
-        ok ? gq + fa_cu_q_offset(&p, &p.q, b, row0 + r / pack, h0 + r % pack) +
+        ok ? gq + fa_gpu_q_offset(&p, &p.q, b, row0 + r / pack, h0 + r % pack) +
                  c * 8
            : gq;
     cp_async16(sbase + L::offset(r, c) * 2, src, ok ? 16 : 0);
@@ -260,9 +260,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     const int64_t kss = opaque<F>(p.k.ss), vss = opaque<F>(p.v.ss);
     const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
     const int64_t k_row0 =
-        p.paged ? 0 : opaque<F>(fa_cu_k_offset(&p, &p.k, b, 0, hk));
+        p.paged ? 0 : opaque<F>(fa_gpu_k_offset(&p, &p.k, b, 0, hk));
     const int64_t v_row0 =
-        p.paged ? 0 : opaque<F>(fa_cu_k_offset(&p, &p.v, b, 0, hk));
+        p.paged ? 0 : opaque<F>(fa_gpu_k_offset(&p, &p.v, b, 0, hk));
 #pragma unroll
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       const bool ok = j < sk;
       int64_t ko = 0, vo = 0;
       if (ok && p.paged) {
-        ko = fa_cu_k_offset(&p, &p.k, b, j, hk);
-        vo = fa_cu_k_offset(&p, &p.v, b, j, hk);
+        ko = fa_gpu_k_offset(&p, &p.k, b, j, hk);
+        vo = fa_gpu_k_offset(&p, &p.v, b, j, hk);
       } else if (ok) {
         ko = k_row0 + (int64_t)j * kss;
         vo = v_row0 + (int64_t)j * vss;
@@ -308,8 +308,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   int full_lo, full_hi;
   {
     int lo_f, hi_f, lo_l, hi_l;
-    fa_cu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
-    fa_cu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
+    fa_gpu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
+    fa_gpu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
     full_lo = lo_l;
     full_hi = lo_f < hi_f ? hi_f - BK : -1;
   }
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
             for (int e = 0; e < 2; e++) {
               const int j = col0 + n * 8 + 2 * t4 + e;
               s[mi][n][2 * hr + e] =
-                  fa_cu_transform(&p, p.scale * s[mi][n][2 * hr + e], h, i, j,
+                  fa_gpu_transform(&p, p.scale * s[mi][n][2 * hr + e], h, i, j,
                                   shift) *
                   kLog2e;
             }
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         for (int hr = 0; hr < 2; hr++) {
           const int i = row0 + (wrow0 + mi * 16 + g + 8 * hr) / pack;
           int lo, hi;
-          fa_cu_visible(&p, i, sq, sk, &lo, &hi);
+          fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
 #pragma unroll
           for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -494,13 +494,13 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       if (p.num_splits == 1) {
         float lse;
         const float f =
-            fa_cu_finalize(m_nat, l, p.sinks ? p.sinks[h] : NAN, &lse);
-        T *dst = go + fa_cu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
+            fa_gpu_finalize(m_nat, l, p.sinks ? p.sinks[h] : NAN, &lse);
+        T *dst = go + fa_gpu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
           *reinterpret_cast<uint32_t *>(dst + n * 8) =
               ops<T>::pack(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
-        if (p.lse && t4 == 0) p.lse[fa_cu_row_index(&p, b, h, i)] = lse;
+        if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
       } else {
         const int64_t at = w * BQ + r;
         if (t4 == 0) {
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 }
 
 template <typename T, int D, int V, bool SPECIAL>
-int launch_one(const fa_cuda_params *p, void *stream) {
+int launch_one(const fa_gpu_params *p, void *stream) {
   typedef tile<D, V> TL;
   constexpr int smem = (TL::BQ + 4 * TL::BK) * TL::PITCH * 2;
   cudaError_t e = cudaFuncSetAttribute(
@@ -530,7 +530,7 @@ int launch_one(const fa_cuda_params *p, void *stream) {
 }
 
 template <typename T, int D, int V>
-int launch(const fa_cuda_params *p, void *stream) {
+int launch(const fa_gpu_params *p, void *stream) {
   if (p->num_work <= 0) return 0;
   const bool special =
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
@@ -543,7 +543,7 @@ int launch(const fa_cuda_params *p, void *stream) {
 /* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>_v<V>
    (V 0: the main tile; 1: the decode tile). */
 #define FA_SM80_FWD_INSTANCE(T, tname, D, V)                                   \
-  extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_cuda_params *p,  \
+  extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_gpu_params *p,  \
                                                    void *stream) {            \
     return fa_sm80::launch<T, D, V>(p, stream);                                \
   }

@@ -44,6 +44,15 @@ typedef cudaError_t fa_gpu_error;
 
 #define FA_GPU_DEVICE __device__ __forceinline__
 
+/* A kernel's by-value parameter struct read in place from the parameter
+   space (no per-thread copy when its address is taken): __grid_constant__
+   on NVIDIA (sm_70+, CUDA 11.7+); HIP has no equivalent and needs none. */
+#ifdef FA_GPU_HIP
+#define FA_GPU_GRID_CONSTANT
+#else
+#define FA_GPU_GRID_CONSTANT __grid_constant__
+#endif
+
 /* ---- wavefront width -------------------------------------------------------
    A compile-time parameter of every kernel that uses it: 64 on CDNA
    (gfx90a, gfx942), 32 on NVIDIA. (RDNA's wave32 is not a target: the HIP

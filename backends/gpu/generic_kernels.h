@@ -9,15 +9,17 @@
 // accurate expf/logf.
 //
 // Written against backends/gpu/compat.h only, with the wavefront width a
-// compile-time constant (FA_GPU_WARP: 64 on CDNA, 32 on NVIDIA), so the
-// same source builds for HIP (the HIP module includes it from
-// hip_generic.hip) and for CUDA with nvcc (compile-checked with nvcc while
-// written; not yet run on an NVIDIA GPU -- the CUDA module can adopt it, see
-// backends/gpu/compat.h).
+// compile-time constant (FA_GPU_WARP: 64 on CDNA, 32 on NVIDIA): the same
+// source is the HIP module's hip.generic (hip_generic.hip, wave64) and the
+// CUDA module's cuda.generic (kernels_generic.cu, warp32), so running the
+// CUDA tests on an NVIDIA GPU validates everything here except the width.
+// The tensor-core and MFMA kernels are checked against these, and the
+// modules run these whenever a problem or a tensor is outside what those
+// handle.
 //
 // Include once per translation unit after compat.h; it defines the kernels
-// and FA_GPU_GENERIC_LAUNCHERS(prefix), which emits extern "C" launchers
-// named prefix_fwd_generic, prefix_combine, ... (see hip_internal.h).
+// and FA_GPU_GENERIC_LAUNCHERS(prefix), which emits the extern "C" launchers
+// that FA_GPU_GENERIC_LAUNCHER_DECLS(prefix) declares (gpu_params.h).
 #ifndef FA_GPU_GENERIC_KERNELS_H
 #define FA_GPU_GENERIC_KERNELS_H
 
@@ -27,8 +29,7 @@
 namespace fa_gpu_generic {
 
 constexpr int kWarps = 4;                   // wavefronts per workgroup
-constexpr int kMaxDim = 256;                // largest head dim
-constexpr int kCols = kMaxDim / FA_GPU_WARP; // accumulator columns per lane
+constexpr int kCols = FA_GPU_MAX_HEAD_DIM / FA_GPU_WARP; // columns per lane
 
 template <typename T>
 FA_GPU_DEVICE const typename T::storage *cptr(const fa_gpu_view &t) {
@@ -68,7 +69,7 @@ FA_GPU_DEVICE void store_row(const fa_gpu_params &p, int b, int h, int i,
 /* ---- forward: one work item per workgroup, one lane row per wavefront ---- */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    fwd(const fa_gpu_params p) {
+    fwd(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t w = blockIdx.x;
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
    forward kernel that writes split partials in this layout. */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    combine(const fa_gpu_params p) {
+    combine(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t w0 = (int64_t)blockIdx.x * p.num_splits;
   const int r = blockIdx.y * kWarps + warp;
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 /* D_i = rowsum(dO_i * O_i), one wavefront per (batch, head, row). */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    bwd_delta(const fa_gpu_params p) {
+    bwd_delta(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
   if (row >= (int64_t)p.batch * p.heads_q * p.seqlen_q) return;
@@ -231,7 +232,7 @@ FA_GPU_DEVICE void grad_pair(const fa_gpu_params &p, const float *qrow,
 /* dQ, one wavefront per (batch, head, row), over the row's visible keys. */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    bwd_dq(const fa_gpu_params p) {
+    bwd_dq(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + warp;
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
    shared). */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    bwd_dkdv(const fa_gpu_params p) {
+    bwd_dkdv(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t id = (int64_t)blockIdx.x * kWarps + warp;
@@ -380,7 +381,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 /* Paged backward: zero the slots of every sequence's real keys. */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    bwd_zero_paged(const fa_gpu_params p) {
+    bwd_zero_paged(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t id = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
   if (id >= (int64_t)p.batch * p.heads_kv * p.seqlen_k) return;
@@ -398,10 +399,10 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 
 /* fa_merge_states: fa_lse_merge_weights (core/softmax.h) per row without
    storing the weights. One wavefront per (batch, head, row). */
-template <typename T, typename Part>
+template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
-    merge(int n, const Part *parts, int batch, int seqlen, int heads, int dim,
-          fa_gpu_view o, float *lse_out) {
+    merge(int n, const fa_gpu_merge_part *parts, int batch, int seqlen,
+          int heads, int dim, fa_gpu_view o, float *lse_out) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
   if (row >= (int64_t)batch * heads * seqlen) return;
@@ -471,10 +472,11 @@ inline unsigned grid_of(int64_t warps) {
 
 } // namespace fa_gpu_generic
 
-/* extern "C" launchers prefix_fwd_generic ... prefix_merge; each returns the
+/* The extern "C" launchers prefix_fwd_generic ... prefix_merge that
+   FA_GPU_GENERIC_LAUNCHER_DECLS(prefix) declares; each returns the
    runtime's error code of the launch as an int. */
-#define FA_GPU_GENERIC_LAUNCHERS(prefix, merge_part)                           \
-  extern "C" int prefix##_fwd_generic(const fa_gpu_params *p, void *stream) { \
+#define FA_GPU_GENERIC_LAUNCHERS(prefix)                                       \
+  extern "C" int prefix##_fwd_generic(const fa_gpu_params *p, void *stream) {  \
     using namespace fa_gpu_generic;                                            \
     if (p->num_work <= 0) return 0;                                            \
     size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;                \
@@ -533,14 +535,14 @@ inline unsigned grid_of(int64_t warps) {
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
-  extern "C" int prefix##_merge(int n, const merge_part *desc, int dtype,      \
-                                int batch, int seqlen, int heads,              \
+  extern "C" int prefix##_merge(int n, const fa_gpu_merge_part *desc,          \
+                                int dtype, int batch, int seqlen, int heads,   \
                                 int head_dim, fa_gpu_view o, float *lse,       \
                                 void *stream) {                                \
     using namespace fa_gpu_generic;                                            \
     int64_t rows = (int64_t)batch * heads * seqlen;                            \
     FA_GPU_DTYPE_SWITCH(dtype, T,                                              \
-                        FA_GPU_LAUNCH((merge<T, merge_part>), grid_of(rows),   \
+                        FA_GPU_LAUNCH(merge<T>, grid_of(rows),                 \
                                       kWarps * FA_GPU_WARP, 0,                 \
                                       (fa_gpu_stream)stream, n, desc, batch,   \
                                       seqlen, heads, head_dim, o, lse));       \

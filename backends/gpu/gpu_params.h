@@ -2,8 +2,8 @@
 // What a portable GPU kernel receives: the validated problem flattened into
 // one plain C struct (passed by value as a kernel argument), the tensors and
 // the plan's geometry. Shared by host C11 code and device code (HIP, CUDA),
-// so it holds only C types. Used by the HIP module; laid out as the CUDA
-// module's fa_cuda_params so that the CUDA side can adopt it unchanged.
+// so it holds only C types. Every kernel of the CUDA and HIP modules takes
+// one (by value).
 #ifndef FA_GPU_PARAMS_H
 #define FA_GPU_PARAMS_H
 
@@ -48,5 +48,41 @@ typedef struct fa_gpu_params {
   float *part_o;                //                    [work][block_q][dv]
   int only_batch;               // backward, paged: one sequence, else -1
 } fa_gpu_params;
+
+/* Largest head_dim / head_dim_v of the generic kernels (and of every GPU
+   kernel so far). */
+#define FA_GPU_MAX_HEAD_DIM 256
+
+/* One input of fa_merge_states, as the merge kernel reads it (a device
+   array of n of these). */
+typedef struct fa_gpu_merge_part {
+  const void *o;
+  int dtype; // fa_dtype of this part
+  int64_t sb, ss, sh;
+  const float *lse;
+} fa_gpu_merge_part;
+
+/* The generic kernels' launchers (backends/gpu/generic_kernels.h), with a
+   module's prefix: FA_GPU_GENERIC_LAUNCHERS(prefix) defines them in a
+   device translation unit, this declares them (C linkage) for host code.
+   Each enqueues on `stream` and returns the runtime's error code of the
+   launch as an int (0: launched).
+     _fwd_generic     forward, one wavefront per query row; O and LSE, or
+                      the split partials when num_splits > 1
+     _combine         merge the split partials, finalise with the sink
+     _bwd_delta       D = rowsum(dO * O)
+     _bwd_dq, _bwd_dkdv   the gradients (dK/dV: rows past seqused_k zeroed)
+     _bwd_zero_paged  paged backward: zero the slots of every real key
+     _merge           fa_merge_states */
+#define FA_GPU_GENERIC_LAUNCHER_DECLS(prefix)                                  \
+  int prefix##_fwd_generic(const fa_gpu_params *p, void *stream);              \
+  int prefix##_combine(const fa_gpu_params *p, void *stream);                  \
+  int prefix##_bwd_delta(const fa_gpu_params *p, void *stream);                \
+  int prefix##_bwd_dq(const fa_gpu_params *p, void *stream);                   \
+  int prefix##_bwd_dkdv(const fa_gpu_params *p, void *stream);                 \
+  int prefix##_bwd_zero_paged(const fa_gpu_params *p, void *stream);           \
+  int prefix##_merge(int n, const fa_gpu_merge_part *desc, int dtype,          \
+                     int batch, int seqlen, int heads, int head_dim,           \
+                     fa_gpu_view o, float *lse, void *stream);
 
 #endif

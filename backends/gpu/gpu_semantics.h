@@ -4,9 +4,10 @@
 // transform, the plan's block ranges and work order, the merge and the
 // finalisation of the online softmax. Each mirrors the core function named
 // in its comment (core/problem.h, core/plan.c, core/softmax.h); a module
-// cannot call the core's inline helpers from device code. The header also
-// compiles as plain C, and tests/hip/test_hip_mirror.c checks every
-// function against the core's on a grid of problems.
+// cannot call the core's inline helpers from device code. Every GPU kernel
+// of the CUDA and HIP modules uses these. The header also compiles as plain
+// C, and tests/gpu/test_gpu_mirror.c checks every function against the
+// core's on a grid of problems and on random ones.
 #ifndef FA_GPU_SEMANTICS_H
 #define FA_GPU_SEMANTICS_H
 
@@ -119,7 +120,7 @@ FA_GPU_HD void fa_gpu_kv_blocks(const fa_gpu_params *p, int rows, int bk,
   fa_gpu_visible(p, r1 - 1, sq, sk, &lo_last, &hi);
   if (hi <= lo) return;
   *kb_begin = lo / bk;
-  *kb_end = (hi + bk - 1) / bk;
+  *kb_end = (int)(((int64_t)hi + bk - 1) / bk); // no overflow near INT_MAX
 }
 
 /* fa_plan_split_range */

@@ -11,7 +11,7 @@
 // FA_LOG=dispatch print both; nothing crashes.
 //
 // Host side of every call: set the context's device, fill one fa_gpu_params
-// from the validated problem and the core's plan, take scratch from the
+// (backends/gpu/gpu_host.h) from the validated problem and the core's plan, take scratch from the
 // context's workspace (grown on demand), enqueue on the context's stream,
 // check every HIP call. Failures become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY
 // for allocations) with hipGetErrorString's text, through core->fail.
@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu_host.h"
 #include "hip_internal.h"
 
 #ifndef FA_HIP_ARCHS
@@ -263,61 +264,6 @@ static fa_status synchronize(void *state) {
   return FA_OK;
 }
 
-/* ---- parameters ---------------------------------------------------------- */
-
-static fa_gpu_view view_of(const fa_tensor *t) {
-  fa_gpu_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
-  return v;
-}
-
-static void fill_problem(fa_gpu_params *q, const fa_problem *p) {
-  const fa_attention *a = &p->a;
-  memset(q, 0, sizeof *q);
-  q->batch = a->batch;
-  q->seqlen_q = a->seqlen_q;
-  q->seqlen_k = a->seqlen_k;
-  q->heads_q = a->heads_q;
-  q->heads_kv = a->heads_kv;
-  q->group = p->group;
-  q->head_dim = a->head_dim;
-  q->head_dim_v = a->head_dim_v;
-  q->scale = a->scale;
-  q->softcap = a->softcap;
-  q->window_left = a->window_left;
-  q->window_right = a->window_right;
-  q->top_left = p->top_left;
-  q->varlen_q = p->varlen_q;
-  q->varlen_k = p->varlen_k;
-  q->paged = p->paged;
-  q->dtype = (int)p->dtype;
-  q->alibi_slopes = a->alibi_slopes;
-  q->sinks = a->sinks;
-  q->cu_seqlens_q = a->cu_seqlens_q;
-  q->cu_seqlens_k = a->cu_seqlens_k;
-  q->seqused_k = a->seqused_k;
-  q->block_table = a->block_table;
-  q->max_blocks_per_seq = a->max_blocks_per_seq;
-  q->page_size = a->page_size;
-  q->only_batch = -1;
-}
-
-static void fill_forward(fa_gpu_params *q, const fa_problem *p,
-                         const fa_plan_data *plan, const fa_fwd_args *a) {
-  fill_problem(q, p);
-  q->q = view_of(&a->q);
-  q->k = view_of(&a->k);
-  q->v = view_of(&a->v);
-  q->o = view_of(&a->o);
-  q->lse = a->lse;
-  q->block_q = plan->block_q;
-  q->block_k = plan->block_k;
-  q->pack_group = plan->pack_group;
-  q->block_rows = plan->block_rows;
-  q->num_q_blocks = plan->num_q_blocks;
-  q->num_splits = plan->num_splits;
-  q->num_work = plan->num_work;
-}
-
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
@@ -325,35 +271,23 @@ static fa_status launched(int err, const char *kernel) {
   return hip_fail((hipError_t)err, what);
 }
 
-static fa_status grid_fits(int64_t blocks, const char *what) {
-  if (blocks <= INT_MAX) return FA_OK;
-  return core->fail(FA_ERR_UNSUPPORTED, "%s: %lld workgroups exceed the grid "
-                    "limit", what, (long long)blocks);
-}
-
 /* Workspace for the split partials, if the plan splits the keys. */
 static fa_status split_scratch(hip_state *st, fa_gpu_params *q) {
-  if (q->num_splits <= 1) return FA_OK;
-  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
-  size_t bytes = rows * 2 * sizeof(float) +
-                 rows * (size_t)q->head_dim_v * sizeof(float);
+  size_t bytes = fa_gpu_split_bytes(q);
+  if (!bytes) return FA_OK;
   void *ws = NULL;
   fa_status s = workspace(st, bytes, &ws);
-  if (s) return s;
-  q->part_ml = ws;
-  q->part_o = (float *)ws + rows * 2;
-  return FA_OK;
+  if (!s) fa_gpu_place_split(q, ws);
+  return s;
 }
 
 /* ---- forward ------------------------------------------------------------- */
 
-typedef int (*launch_fn)(const fa_gpu_params *p, void *stream);
-
-static fa_status run_forward(hip_state *st, fa_gpu_params *q, launch_fn fn,
-                             const char *name) {
+static fa_status run_forward(hip_state *st, fa_gpu_params *q,
+                             fa_gpu_launch_fn fn, const char *name) {
   fa_status s = use_device(st);
   if (s) return s;
-  if ((s = grid_fits(q->num_work, name))) return s;
+  if ((s = fa_gpu_grid_fits(core, q->num_work, name))) return s;
   if ((s = split_scratch(st, q))) return s;
   if ((s = launched(fn(q, st->stream), name))) return s;
   if (q->num_splits > 1)
@@ -365,7 +299,7 @@ static fa_status run_forward(hip_state *st, fa_gpu_params *q, launch_fn fn,
 static fa_status fwd_generic(void *state, const fa_problem *p,
                              const fa_plan_data *plan, const fa_fwd_args *a) {
   fa_gpu_params q;
-  fill_forward(&q, p, plan, a);
+  fa_gpu_fill_forward(&q, p, plan, a);
   return run_forward(state, &q, fa_hip_launch_fwd_generic,
                      "hip.generic forward");
 }
@@ -376,7 +310,7 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
 typedef struct cdna_instance {
   fa_dtype dtype;
   int dim;
-  launch_fn launch;
+  fa_gpu_launch_fn launch;
   const char *name;
 } cdna_instance;
 
@@ -397,7 +331,7 @@ static fa_status fwd_cdna(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   const cdna_instance *inst = cdna_find(p->dtype, p->a.head_dim);
   fa_gpu_params q;
-  fill_forward(&q, p, plan, a);
+  fa_gpu_fill_forward(&q, p, plan, a);
   if (plan->block_q > FA_CDNA_BLOCK_Q) {
     // Not reachable with this module's capabilities; kept as a guard.
     if (core->log_enabled())
@@ -411,56 +345,26 @@ static fa_status fwd_cdna(void *state, const fa_problem *p,
 
 /* ---- backward ------------------------------------------------------------ */
 
+static const fa_gpu_bwd_launchers generic_bwd = {
+    fa_hip_launch_bwd_delta, fa_hip_launch_bwd_dq, fa_hip_launch_bwd_dkdv,
+    fa_hip_launch_bwd_zero_paged};
+
 static fa_status bwd_generic(void *state, const fa_problem *p,
                              const fa_plan_data *plan, const fa_bwd_args *a) {
   hip_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
   fa_gpu_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.d_o = view_of(&a->d_o);
-  q.dq = view_of(&a->dq);
-  q.dk = view_of(&a->dk);
-  q.dv = view_of(&a->dv);
-  q.lse_in = a->lse;
-  q.block_q = plan->block_q;
-  q.block_k = plan->block_k;
-  q.pack_group = 1; // the core plans backward without GQA packing
-  q.block_rows = plan->block_rows;
-  q.num_q_blocks = plan->num_q_blocks;
-  q.num_splits = 1;
-  int64_t rows_q = (int64_t)q.batch * q.heads_q * q.seqlen_q;
-  int64_t rows_k = (int64_t)q.batch * q.heads_kv * q.seqlen_k;
-  if ((s = grid_fits(rows_q, "hip.generic backward")) ||
-      (s = grid_fits(rows_k, "hip.generic backward")))
+  fa_gpu_fill_backward(&q, p, plan, a);
+  if ((s = fa_gpu_generic_bwd_fits(core, &q, "hip.generic backward")))
     return s;
   void *ws = NULL;
-  if ((s = workspace(st, (size_t)rows_q * sizeof(float), &ws))) return s;
+  if ((s = workspace(st, (size_t)fa_gpu_rows_q(&q) * sizeof(float), &ws)))
+    return s;
   q.delta = ws;
-  if ((s = launched(fa_hip_launch_bwd_delta(&q, st->stream),
-                    "hip.generic backward (D = rowsum(dO o O))")) ||
-      (s = launched(fa_hip_launch_bwd_dq(&q, st->stream),
-                    "hip.generic backward (dQ)")))
-    return s;
-  if (!q.paged)
-    return launched(fa_hip_launch_bwd_dkdv(&q, st->stream),
-                    "hip.generic backward (dK, dV)");
-  // Paged pools may share pages between sequences: zero every named slot,
-  // then add one sequence at a time.
-  if ((s = launched(fa_hip_launch_bwd_zero_paged(&q, st->stream),
-                    "hip.generic backward (zero dK, dV pages)")))
-    return s;
-  for (int b = 0; b < q.batch; b++) {
-    q.only_batch = b;
-    if ((s = launched(fa_hip_launch_bwd_dkdv(&q, st->stream),
-                      "hip.generic backward (dK, dV)")))
-      return s;
-  }
-  return FA_OK;
+  const char *step = NULL;
+  int err = fa_gpu_bwd_generic_launch(&generic_bwd, &q, st->stream, &step);
+  return launched(err, step);
 }
 
 /* ---- fa_merge_states ------------------------------------------------------- */
@@ -472,22 +376,11 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   hip_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
-  if (head_dim > FA_HIP_MAX_HEAD_DIM)
-    return core->fail(FA_ERR_UNSUPPORTED, "%s: merge with head_dim %d > %d",
-                      BACKEND_NAME, head_dim, FA_HIP_MAX_HEAD_DIM);
-  size_t bytes = sizeof(fa_gpu_merge_part) * (size_t)n;
-  fa_gpu_merge_part *desc = malloc(bytes);
-  if (!desc)
-    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: merge descriptors: out of "
-                      "memory", BACKEND_NAME);
-  for (int i = 0; i < n; i++) {
-    desc[i].o = o_parts[i].data;
-    desc[i].dtype = (int)o_parts[i].dtype;
-    desc[i].sb = o_parts[i].stride_batch;
-    desc[i].ss = o_parts[i].stride_seq;
-    desc[i].sh = o_parts[i].stride_head;
-    desc[i].lse = lse_parts[i];
-  }
+  fa_gpu_merge_part *desc;
+  if ((s = fa_gpu_merge_parts(core, BACKEND_NAME, n, o_parts, lse_parts,
+                              head_dim, &desc)))
+    return s;
+  size_t bytes = sizeof *desc * (size_t)n;
   void *ws = NULL;
   s = workspace(st, bytes, &ws);
   if (!s) {
@@ -500,21 +393,15 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   free(desc);
   if (s) return s;
   return launched(fa_hip_launch_merge(n, ws, (int)o.dtype, batch, seqlen,
-                                      heads, head_dim, view_of(&o), lse,
-                                      st->stream),
+                                      heads, head_dim, fa_gpu_view_of(&o),
+                                      lse, st->stream),
                   "the merge kernel");
 }
 
 /* ---- kernels and dispatch -------------------------------------------------- */
 
 static int supports_generic(const fa_problem *p, char *why, size_t len) {
-  if (p->a.head_dim > FA_HIP_MAX_HEAD_DIM ||
-      p->a.head_dim_v > FA_HIP_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim %d, head_dim_v %d: at most %d",
-             p->a.head_dim, p->a.head_dim_v, FA_HIP_MAX_HEAD_DIM);
-    return 0;
-  }
-  return 1;
+  return fa_gpu_generic_supports(p, why, len);
 }
 
 static int supports_cdna(const fa_problem *p, fa_dtype dtype, int dim,

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: MIT
+// Host code the GPU modules share (cuda_backend.c, hip_backend.c): filling
+// fa_gpu_params from the core's validated problem, plan and tensors; the
+// sizes of the split-KV scratch; the merge descriptors; the order of the
+// generic backward's launches; the checks every module makes before a
+// launch. Plain C11 with no vendor runtime call: each module keeps its own
+// device, stream, workspace and error text, and passes the core's services
+// where a failure is reported.
+#ifndef FA_GPU_HOST_H
+#define FA_GPU_HOST_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gpu_params.h"
+
+static inline fa_gpu_view fa_gpu_view_of(const fa_tensor *t) {
+  fa_gpu_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
+  return v;
+}
+
+/* The problem part: core's fa_problem, defaults resolved. */
+static inline void fa_gpu_fill_problem(fa_gpu_params *q, const fa_problem *p) {
+  const fa_attention *a = &p->a;
+  memset(q, 0, sizeof *q);
+  q->batch = a->batch;
+  q->seqlen_q = a->seqlen_q;
+  q->seqlen_k = a->seqlen_k;
+  q->heads_q = a->heads_q;
+  q->heads_kv = a->heads_kv;
+  q->group = p->group;
+  q->head_dim = a->head_dim;
+  q->head_dim_v = a->head_dim_v;
+  q->scale = a->scale;
+  q->softcap = a->softcap;
+  q->window_left = a->window_left;
+  q->window_right = a->window_right;
+  q->top_left = p->top_left;
+  q->varlen_q = p->varlen_q;
+  q->varlen_k = p->varlen_k;
+  q->paged = p->paged;
+  q->dtype = (int)p->dtype;
+  q->alibi_slopes = a->alibi_slopes;
+  q->sinks = a->sinks;
+  q->cu_seqlens_q = a->cu_seqlens_q;
+  q->cu_seqlens_k = a->cu_seqlens_k;
+  q->seqused_k = a->seqused_k;
+  q->block_table = a->block_table;
+  q->max_blocks_per_seq = a->max_blocks_per_seq;
+  q->page_size = a->page_size;
+  q->only_batch = -1;
+}
+
+/* The plan's geometry, as the core computed it (a kernel with a fixed tile
+   overrides block_q / block_k afterwards). */
+static inline void fa_gpu_fill_plan(fa_gpu_params *q,
+                                    const fa_plan_data *plan) {
+  q->block_q = plan->block_q;
+  q->block_k = plan->block_k;
+  q->pack_group = plan->pack_group;
+  q->block_rows = plan->block_rows;
+  q->num_q_blocks = plan->num_q_blocks;
+  q->num_splits = plan->num_splits;
+  q->num_work = plan->num_work;
+}
+
+static inline void fa_gpu_fill_forward(fa_gpu_params *q, const fa_problem *p,
+                                       const fa_plan_data *plan,
+                                       const fa_fwd_args *a) {
+  fa_gpu_fill_problem(q, p);
+  fa_gpu_fill_plan(q, plan);
+  q->q = fa_gpu_view_of(&a->q);
+  q->k = fa_gpu_view_of(&a->k);
+  q->v = fa_gpu_view_of(&a->v);
+  q->o = fa_gpu_view_of(&a->o);
+  q->lse = a->lse;
+}
+
+/* Backward: no GQA packing and no split (the core plans it that way);
+   q->delta is the caller's scratch. */
+static inline void fa_gpu_fill_backward(fa_gpu_params *q, const fa_problem *p,
+                                        const fa_plan_data *plan,
+                                        const fa_bwd_args *a) {
+  fa_gpu_fill_problem(q, p);
+  fa_gpu_fill_plan(q, plan);
+  q->pack_group = 1;
+  q->num_splits = 1;
+  q->num_work = 0;
+  q->q = fa_gpu_view_of(&a->q);
+  q->k = fa_gpu_view_of(&a->k);
+  q->v = fa_gpu_view_of(&a->v);
+  q->o = fa_gpu_view_of(&a->o);
+  q->d_o = fa_gpu_view_of(&a->d_o);
+  q->dq = fa_gpu_view_of(&a->dq);
+  q->dk = fa_gpu_view_of(&a->dk);
+  q->dv = fa_gpu_view_of(&a->dv);
+  q->lse_in = a->lse;
+}
+
+/* Rows of lse / delta: batch * heads_q * seqlen_q. */
+static inline int64_t fa_gpu_rows_q(const fa_gpu_params *q) {
+  return (int64_t)q->batch * q->heads_q * q->seqlen_q;
+}
+
+/* Scratch bytes of the split-KV partials (part_ml, part_o), 0 when the plan
+   does not split the keys; fa_gpu_place_split points them into ws. */
+static inline size_t fa_gpu_split_bytes(const fa_gpu_params *q) {
+  if (q->num_splits <= 1) return 0;
+  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
+  return rows * 2 * sizeof(float) +
+         rows * (size_t)q->head_dim_v * sizeof(float);
+}
+
+static inline void fa_gpu_place_split(fa_gpu_params *q, void *ws) {
+  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
+  q->part_ml = (float *)ws;
+  q->part_o = (float *)ws + rows * 2;
+}
+
+/* Launches of at most INT_MAX workgroups (CTAs). */
+static inline fa_status fa_gpu_grid_fits(const fa_core_services *core,
+                                         int64_t blocks, const char *what) {
+  if (blocks <= INT_MAX) return FA_OK;
+  return core->fail(FA_ERR_UNSUPPORTED, "%s: %lld workgroups exceed the "
+                    "grid limit", what, (long long)blocks);
+}
+
+/* supports() of the generic kernels: head dims up to FA_GPU_MAX_HEAD_DIM. */
+static inline int fa_gpu_generic_supports(const fa_problem *p, char *why,
+                                          size_t len) {
+  if (p->a.head_dim > FA_GPU_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
+             FA_GPU_MAX_HEAD_DIM);
+    return 0;
+  }
+  if (p->a.head_dim_v > FA_GPU_MAX_HEAD_DIM) {
+    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
+             FA_GPU_MAX_HEAD_DIM);
+    return 0;
+  }
+  return 1;
+}
+
+/* Whether the generic backward's grids fit (one wavefront per row, four
+   per workgroup): FA_OK, or the failure reported through core. */
+static inline fa_status fa_gpu_generic_bwd_fits(const fa_core_services *core,
+                                                const fa_gpu_params *q,
+                                                const char *what) {
+  int64_t rows_k = (int64_t)q->batch * q->heads_kv * q->seqlen_k;
+  fa_status s = fa_gpu_grid_fits(core, (fa_gpu_rows_q(q) + 3) / 4, what);
+  return s ? s : fa_gpu_grid_fits(core, (rows_k + 3) / 4, what);
+}
+
+/* fa_merge_states' descriptors (host array, n entries, freed by the
+   caller), after the head-dim check. */
+static inline fa_status fa_gpu_merge_parts(const fa_core_services *core,
+                                           const char *backend, int n,
+                                           const fa_tensor *o_parts,
+                                           const float *const *lse_parts,
+                                           int head_dim,
+                                           fa_gpu_merge_part **out) {
+  *out = NULL;
+  if (head_dim > FA_GPU_MAX_HEAD_DIM)
+    return core->fail(FA_ERR_UNSUPPORTED, "%s: merge with head_dim %d > %d",
+                      backend, head_dim, FA_GPU_MAX_HEAD_DIM);
+  fa_gpu_merge_part *desc = malloc(sizeof *desc * (size_t)n);
+  if (!desc)
+    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: merge descriptors: out of "
+                      "memory", backend);
+  for (int i = 0; i < n; i++) {
+    desc[i].o = o_parts[i].data;
+    desc[i].dtype = (int)o_parts[i].dtype;
+    desc[i].sb = o_parts[i].stride_batch;
+    desc[i].ss = o_parts[i].stride_seq;
+    desc[i].sh = o_parts[i].stride_head;
+    desc[i].lse = lse_parts[i];
+  }
+  *out = desc;
+  return FA_OK;
+}
+
+/* A module's generic backward launchers (FA_GPU_GENERIC_LAUNCHER_DECLS). */
+typedef int (*fa_gpu_launch_fn)(const fa_gpu_params *p, void *stream);
+typedef struct fa_gpu_bwd_launchers {
+  fa_gpu_launch_fn delta, dq, dkdv, zero_paged;
+} fa_gpu_bwd_launchers;
+
+/* The generic backward on one stream, in order: D = rowsum(dO * O), dQ,
+   then dK/dV; paged pools may share pages between sequences, so their
+   named slots are zeroed first and each sequence adds its own. q->delta
+   must be set. Returns 0, or the first failed launch's error code with
+   *step naming it. */
+static inline int fa_gpu_bwd_generic_launch(const fa_gpu_bwd_launchers *l,
+                                            fa_gpu_params *q, void *stream,
+                                            const char **step) {
+  int e;
+  *step = "the generic backward (D = rowsum(dO o O))";
+  if ((e = l->delta(q, stream))) return e;
+  *step = "the generic backward (dQ)";
+  if ((e = l->dq(q, stream))) return e;
+  *step = "the generic backward (dK, dV)";
+  if (!q->paged) return l->dkdv(q, stream);
+  *step = "the generic backward (zero dK, dV pages)";
+  if ((e = l->zero_paged(q, stream))) return e;
+  *step = "the generic backward (dK, dV)";
+  for (int b = 0; b < q->batch; b++) {
+    q->only_batch = b;
+    if ((e = l->dkdv(q, stream))) return e;
+  }
+  q->only_batch = -1;
+  return 0;
+}
+
+#endif

@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: MIT
+// backends/gpu/gpu_semantics.h -- the device copy of the core's semantics
+// that every kernel of the CUDA and HIP modules uses -- against the core,
+// compiled as plain C on the host, with fa_gpu_params filled by the modules'
+// own host code (backends/gpu/gpu_host.h): lengths, visible keys and their
+// exact inverse, row offsets (dense, varlen, seqused_k, paged), the score
+// transform, kv blocks, split ranges, the work order, the softmax merge and
+// finalisation. Problems: a fixed grid (every mask x layout) and random
+// ones, planned with the CUDA and the HIP module's capabilities. Also the
+// CUDA module's tile table (sm80_tiles.def) against the core's planner: for
+// every row the planner must choose exactly the row's B_r x B_c.
+// No GPU needed; labels cuda, hip, unit.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "gpu_host.h"
+#include "gpu_semantics.h"
+#include "plan.h"
+#include "problem.h"
+#include "softmax.h"
+#include "tensor.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      if (failures++ < 20) {                                                   \
+        printf("FAIL %s:%d: ", __FILE__, __LINE__);                            \
+        printf(__VA_ARGS__);                                                   \
+        printf("\n");                                                          \
+      }                                                                        \
+    }                                                                          \
+  } while (0)
+
+/* The modules' capabilities: CUDA's (cuda_backend.c, cuda_tiles.c) on an
+   H100-sized GPU, HIP's (hip_backend.c) on an MI300X, and a small budget
+   that makes the planner split the keys. */
+static fa_caps module_caps(int which, int pack) {
+  fa_caps cuda = {fa_cuda_plan_mem_bytes, 2 * 132, fa_cuda_plan_align,
+                  fa_cuda_plan_max_bq, fa_cuda_plan_max_bk, 128, pack, 0};
+  fa_caps hip = {512 * 1024, 2 * 304, 32, 128, 64, 128, pack, 0};
+  fa_caps small = {4096, 4, 32, 128, 64, 8, pack, 0};
+  return which == 0 ? cuda : which == 1 ? hip : small;
+}
+
+/* Every semantic function on problem p planned with caps. */
+static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
+                    const char *what) {
+  fa_plan_data plan;
+  fa_plan_compute(p, caps, &plan);
+  fa_gpu_params q;
+  fa_gpu_fill_problem(&q, p);
+  fa_gpu_fill_plan(&q, &plan);
+  fa_tensor t = {NULL, FA_BF16, 7777, 123, 17};
+  fa_gpu_view v = {NULL, 7777, 123, 17};
+  const int hq = p->a.heads_q, hkv = p->a.heads_kv;
+
+  for (int b = 0; b < p->a.batch; b++) {
+    int lq = fa_seq_len_q(p, b), lk = fa_seq_len_k(p, b);
+    CHECK(fa_gpu_len_q(&q, b) == lq && fa_gpu_len_k(&q, b) == lk,
+          "%s: lengths of sequence %d", what, b);
+    int shift = fa_diag_shift(p, lq, lk);
+    CHECK(fa_gpu_shift(&q, lq, lk) == shift, "%s: shift", what);
+    for (int i = 0; i < lq; i++) {
+      int lo, hi, glo, ghi;
+      fa_visible_keys(p, i, lq, lk, &lo, &hi);
+      fa_gpu_visible(&q, i, lq, lk, &glo, &ghi);
+      CHECK(lo == glo && hi == ghi, "%s: visible(b=%d, i=%d)", what, b, i);
+      for (int h = 0; h < hq; h += 2)
+        CHECK(fa_q_offset(p, &t, b, i, h) == fa_gpu_q_offset(&q, &v, b, i, h),
+              "%s: q offset", what);
+    }
+    for (int j = 0; j < lk; j++) {
+      int i0, i1, first = -1, last = -1;
+      fa_gpu_queries_of_key(&q, j, lq, lk, &i0, &i1);
+      for (int i = 0; i < lq; i++) {
+        int lo, hi;
+        fa_visible_keys(p, i, lq, lk, &lo, &hi);
+        if (lo <= j && j < hi) {
+          if (first < 0) first = i;
+          last = i;
+          CHECK(i >= i0 && i < i1, "%s: query %d sees key %d outside "
+                "[%d, %d)", what, i, j, i0, i1);
+        }
+      }
+      if (first >= 0)
+        CHECK(i0 == first && i1 == last + 1, "%s: key %d: queries [%d, %d), "
+              "expected [%d, %d]", what, j, i0, i1, first, last);
+      else
+        CHECK(i0 >= i1, "%s: key %d seen by none, range [%d, %d)", what, j,
+              i0, i1);
+      for (int h = 0; h < hkv; h++)
+        CHECK(fa_k_offset(p, &t, b, j, h) == fa_gpu_k_offset(&q, &v, b, j, h),
+              "%s: k offset of key %d", what, j);
+      float s = (float)ts_rng_normal(r) * 4.0f;
+      int i = lq ? ts_rng_int(r, 0, lq - 1) : 0;
+      float x = fa_score_transform(p, s, hq - 1, i, j, shift);
+      float y = fa_gpu_transform(&q, s, hq - 1, i, j, shift);
+      CHECK(memcmp(&x, &y, 4) == 0, "%s: transform %g vs %g", what,
+            (double)x, (double)y);
+    }
+    for (int qb = 0; qb < plan.num_q_blocks; qb++) {
+      int k0, k1, g0, g1;
+      fa_plan_kv_blocks(p, &plan, lq, lk, qb, &k0, &k1);
+      fa_gpu_kv_blocks(&q, plan.block_rows, plan.block_k, lq, lk, qb, &g0,
+                       &g1);
+      CHECK(k0 == g0 && k1 == g1, "%s: kv blocks of q block %d", what, qb);
+      for (int sp = 0; sp < plan.num_splits; sp++) {
+        int a0, a1, c0, c1;
+        fa_plan_split_range(k0, k1, plan.num_splits, sp, &a0, &a1);
+        fa_gpu_split_range(g0, g1, plan.num_splits, sp, &c0, &c1);
+        CHECK(a0 == c0 && a1 == c1, "%s: split %d of q block %d", what, sp,
+              qb);
+      }
+    }
+  }
+  for (int64_t w = 0; w < plan.num_work; w++) {
+    int b, h, qb, sp, gb, gh, gqb, gsp;
+    fa_plan_work_item(p, &plan, w, &b, &h, &qb, &sp);
+    fa_gpu_work_item(&q, w, &gb, &gh, &gqb, &gsp);
+    CHECK(b == gb && h == gh && qb == gqb && sp == gsp, "%s: work item %lld",
+          what, (long long)w);
+  }
+}
+
+/* A fixed grid: every mask kind x dense, varlen and paged layouts. */
+static int check_grid(ts_rng *r) {
+  static const int32_t cu_q[] = {0, 5, 5, 40}, cu_k[] = {0, 9, 30, 95};
+  static const int32_t used[] = {7, 0, 33};
+  static const int32_t table[] = {3, 1, 4, 0, 5, 2, 7, 6, 8, 9, 10, 11};
+  static const float slopes[] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  const int causal[] = {0, FA_CAUSAL_BOTTOM_RIGHT, FA_CAUSAL_TOP_LEFT};
+  const int wins[][2] = {{-1, -1}, {8, 0}, {3, 5}, {0, -1}};
+  int n = 0;
+  for (int c = 0; c < 3; c++)
+    for (int wi = 0; wi < 4; wi++)
+      for (int mode = 0; mode < 3; mode++) { // dense, varlen, paged
+        fa_attention a;
+        fa_attention_init(&a);
+        a.batch = 3;
+        a.seqlen_q = mode == 1 ? 35 : 37;
+        a.seqlen_k = mode == 1 ? 65 : mode == 2 ? 33 : 130;
+        a.heads_q = 4;
+        a.heads_kv = 2;
+        a.head_dim = 64;
+        a.causal = causal[c];
+        if (!c) {
+          a.window_left = wins[wi][0];
+          a.window_right = wins[wi][1];
+        }
+        a.softcap = wi == 2 ? 30.0f : 0.0f;
+        a.alibi_slopes = wi == 3 ? slopes : NULL;
+        if (mode == 1) {
+          a.cu_seqlens_q = cu_q;
+          a.cu_seqlens_k = cu_k;
+        }
+        if (mode == 2) {
+          a.block_table = table;
+          a.max_blocks_per_seq = 4;
+          a.page_size = 9;
+          a.num_pages = 12;
+          a.seqused_k = used;
+        }
+        fa_problem p;
+        char what[96];
+        snprintf(what, sizeof what, "grid causal=%d window=%d,%d mode=%d",
+                 a.causal, a.window_left, a.window_right, mode);
+        if (fa_problem_init(&p, &a, FA_BF16) != FA_OK) {
+          CHECK(0, "%s: problem rejected: %s", what, fa_last_error());
+          continue;
+        }
+        for (int which = 0; which < 3; which++) {
+          fa_caps caps = module_caps(which, 1);
+          compare(&p, &caps, r, what);
+        }
+        n++;
+      }
+  return n;
+}
+
+/* Random problems: masks, ALiBi, softcap, layouts, GQA, sizes. */
+static void check_random(ts_rng *r, int case_no) {
+  int B = ts_rng_int(r, 1, 4), sq = ts_rng_int(r, 1, 300),
+      sk = ts_rng_int(r, 1, 300);
+  int hkv = ts_rng_int(r, 1, 3), hq = hkv * ts_rng_int(r, 1, 4);
+  fa_attention a;
+  fa_attention_init(&a);
+  a.batch = B;
+  a.seqlen_q = sq;
+  a.seqlen_k = sk;
+  a.heads_q = hq;
+  a.heads_kv = hkv;
+  a.head_dim = 64;
+  int mask = ts_rng_int(r, 0, 5);
+  if (mask == 1) a.causal = FA_CAUSAL_BOTTOM_RIGHT;
+  if (mask == 2) a.causal = FA_CAUSAL_TOP_LEFT;
+  if (mask == 3) {
+    a.window_left = ts_rng_int(r, 0, 40);
+    a.window_right = ts_rng_int(r, 0, 40);
+  }
+  if (mask == 4) {
+    a.causal = ts_rng_int(r, 1, 2);
+    a.window_left = ts_rng_int(r, 0, 100);
+  }
+  if (mask == 5) a.window_right = ts_rng_int(r, 0, 5);
+  float slopes[12];
+  for (int h = 0; h < 12; h++) slopes[h] = 0.1f * (float)(h + 1);
+  if (ts_rng_int(r, 0, 1)) a.alibi_slopes = slopes;
+  if (ts_rng_int(r, 0, 1)) a.softcap = 5.0f;
+  int32_t cuq[5], cuk[5], used[4], table[4 * 400];
+  int layout = ts_rng_int(r, 0, 3); // dense, varlen, varlen+seqused, paged
+  if (layout == 1 || layout == 2) {
+    cuq[0] = cuk[0] = ts_rng_int(r, 0, 7);
+    for (int b = 0; b < B; b++) {
+      cuq[b + 1] = cuq[b] + ts_rng_int(r, 0, sq);
+      cuk[b + 1] = cuk[b] + ts_rng_int(r, 0, sk);
+    }
+    a.cu_seqlens_q = cuq;
+    a.cu_seqlens_k = cuk;
+    if (layout == 2) {
+      for (int b = 0; b < B; b++)
+        used[b] = ts_rng_int(r, 0, cuk[b + 1] - cuk[b]);
+      a.seqused_k = used;
+    }
+  } else if (layout == 3) {
+    a.page_size = ts_rng_int(r, 1, 40);
+    a.max_blocks_per_seq = (sk + a.page_size - 1) / a.page_size;
+    a.num_pages = 1000;
+    for (int i = 0; i < B * a.max_blocks_per_seq; i++)
+      table[i] = ts_rng_int(r, 0, 999);
+    a.block_table = table;
+    for (int b = 0; b < B; b++) used[b] = ts_rng_int(r, 0, sk);
+    a.seqused_k = used;
+  }
+  fa_problem p;
+  char what[48];
+  snprintf(what, sizeof what, "random case %d", case_no);
+  if (fa_problem_init(&p, &a, FA_BF16) || fa_problem_check_arrays(&p)) {
+    CHECK(0, "%s: problem rejected: %s", what, fa_last_error());
+    return;
+  }
+  fa_caps caps = module_caps(ts_rng_int(r, 0, 2), ts_rng_int(r, 0, 1));
+  compare(&p, &caps, r, what);
+}
+
+static void check_softmax(ts_rng *r) {
+  const float specials[] = {-INFINITY, 0.0f, 1.5f, -3.0f, 40.0f};
+  for (int n = 0; n < 2000; n++) {
+    // Random states, and every pair of the special ones.
+    float m = n < 25 ? specials[n / 5]
+              : n % 7 == 0 ? -INFINITY
+                           : (float)ts_rng_normal(r) * 5.0f;
+    float mb = n < 25 ? specials[n % 5]
+               : n % 5 == 0 ? -INFINITY
+                            : (float)ts_rng_normal(r) * 5.0f;
+    float l = m == -INFINITY ? 0.0f : (float)ts_rng_uniform(r) * 10.0f + 0.1f;
+    float lb = mb == -INFINITY ? 0.0f : 2.0f;
+    float sink = n % 3 == 0 ? NAN : specials[n % 5];
+    float lse1, lse2;
+    float f1 = fa_softmax_finalize(m, l, sink, &lse1);
+    float f2 = fa_gpu_finalize(m, l, sink, &lse2);
+    CHECK(memcmp(&f1, &f2, 4) == 0 && memcmp(&lse1, &lse2, 4) == 0,
+          "finalize(%g, %g, %g)", (double)m, (double)l, (double)sink);
+    float ma = m, la = l, oa = 1.0f, ob = 3.0f, mc = m, lc = l, oc = 1.0f;
+    fa_softmax_merge(&ma, &la, &oa, mb, lb, &ob, 1);
+    float wa = 1.0f, wb = 1.0f;
+    int how = fa_gpu_merge_weights(&mc, &lc, mb, lb, &wa, &wb);
+    if (how == 1) oc = ob;
+    if (how == 2) oc = oc * wa + ob * wb;
+    CHECK(memcmp(&ma, &mc, 4) == 0 && memcmp(&la, &lc, 4) == 0 &&
+              memcmp(&oa, &oc, 4) == 0,
+          "merge(%g, %g) with (%g, %g)", (double)m, (double)l, (double)mb,
+          (double)lb);
+  }
+}
+
+/* Every CUDA tile row is what the core's planner picks for long
+   sequences. */
+static void check_tiles(void) {
+  fa_caps caps = module_caps(0, 1);
+  for (int i = 0; i < fa_cuda_num_tiles; i++) {
+    const fa_cuda_tile *t = &fa_cuda_tiles[i];
+    fa_attention a;
+    fa_attention_init(&a);
+    a.batch = 2;
+    a.seqlen_q = a.seqlen_k = 4096;
+    a.heads_q = a.heads_kv = 4;
+    a.head_dim = t->head_dim;
+    fa_problem p;
+    CHECK(fa_problem_init(&p, &a, FA_BF16) == FA_OK, "tile d%d: problem",
+          t->head_dim);
+    fa_plan_data plan;
+    fa_plan_compute(&p, &caps, &plan);
+    CHECK(plan.block_q == t->block_q && plan.block_k == t->block_k,
+          "tile d%d: planner chose %dx%d, the table says %dx%d", t->head_dim,
+          plan.block_q, plan.block_k, t->block_q, t->block_k);
+    CHECK(t->block_q == 16 * t->m_tiles * t->warps,
+          "tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
+    CHECK(t->smem_bytes <= 163 * 1024, "tile d%d: %d bytes of smem exceed "
+          "an A100's 163 KB", t->head_dim, t->smem_bytes);
+    printf("tile d%-3d: %3d x %2d, %d warps x %d m-tiles, Q in %s, %6d "
+           "bytes smem: matches the planner\n",
+           t->head_dim, t->block_q, t->block_k, t->warps, t->m_tiles,
+           t->q_in_regs ? "registers" : "smem", t->smem_bytes);
+  }
+}
+
+int main(void) {
+  uint64_t seed = ts_seed_base();
+  ts_rng r;
+  ts_rng_seed(&r, seed);
+  printf("test_gpu_mirror: seed 0x%llx\n", (unsigned long long)seed);
+  int n = check_grid(&r);
+  for (int c = 0; c < 400; c++) check_random(&r, c);
+  check_softmax(&r);
+  check_tiles();
+  if (failures) {
+    printf("%d checks failed (FA_TEST_SEED=0x%llx reproduces)\n", failures,
+           (unsigned long long)seed);
+    return 1;
+  }
+  printf("gpu_semantics.h agrees with the core on %d grid and 400 random "
+         "problems\n", n);
+  return 0;
+}
