@@ -401,7 +401,7 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
    64/128/256 of FA_CUDA_HEAD_DIMS). Launchers return a cudaError_t, or -1
    when the copy engine cannot address the tensors (nothing launched). */
 #define FA_SM90_INST(t, d)                                                     \
-  int fa_sm90_fwd_##t##_d##d(const fa_cuda_params *p, int64_t rows_q,       \
+  int fa_sm90_fwd_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,        \
                              int64_t rows_k, int sms, void *stream);
 #include "sm90_instances.h"
 #undef FA_SM90_INST
@@ -409,7 +409,7 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
 typedef struct sm90_instance {
   fa_dtype dtype;
   int dim;
-  int (*launch)(const fa_cuda_params *p, int64_t rows_q, int64_t rows_k,
+  int (*launch)(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k,
                 int sms, void *stream);
 } sm90_instance;
 
@@ -456,13 +456,8 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   }
   fa_status s = use_device(st);
   if (s) return s;
-  fa_cuda_params q;
-  fill_problem(&q, p);
-  q.q = view_of(&a->q);
-  q.k = view_of(&a->k);
-  q.v = view_of(&a->v);
-  q.o = view_of(&a->o);
-  q.lse = a->lse;
+  fa_gpu_params q;
+  fa_gpu_fill_forward(&q, p, plan, a);
   q.block_q = q.block_rows = SM90_BLOCK_M;
   q.block_k = 0; // the kernel's own (sm90_tiles.def)
   q.pack_group = 1;
