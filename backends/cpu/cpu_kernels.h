@@ -485,6 +485,25 @@ static float FA_FN(sink)(const fa_problem *p, int h) {
   return p->a.sinks ? p->a.sinks[h] : NAN;
 }
 
+/* fa_softmax_finalize for row i of head h, plus the case it cannot tell
+   from an empty row: m = -inf although the row sees keys, i.e. every score
+   it sees is -inf (an inf input, or a product that overflowed fp32). As in
+   the float64 oracle (exp(-inf - (-inf)) = NaN), O and LSE are then NaN,
+   never the silent O = 0, LSE = -inf of a row with no key. */
+static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
+                             int i, int sq, int sk, float *lse) {
+  float inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), lse);
+  if (m == -INFINITY && !p->a.sinks) {
+    int lo, hi;
+    fa_visible_keys(p, i, sq, sk, &lo, &hi);
+    if (lo < hi) {
+      *lse = NAN;
+      return NAN;
+    }
+  }
+  return inv;
+}
+
 static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
                              int b, int h, int i, const float *o_row,
                              float scale_o, float lse) {
@@ -746,7 +765,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     for (int r = 0; r < nr; r++) {
       const int h = h0 + r % pk;
       float lse,
-          inv = fa_softmax_finalize(m[r], l[r], FA_FN(sink)(p, h), &lse);
+          inv = FA_FN(finalize)(p, m[r], l[r], h, row0 + r / pk, sq, sk, &lse);
       FA_FN(store_row)(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv,
                        inv, lse);
     }
@@ -782,7 +801,8 @@ static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
       fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
     }
     const int h = h0 + r % pk;
-    float lse, inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), &lse);
+    float lse, inv = FA_FN(finalize)(p, m, l, h, row0 + r / pk, sq,
+                                     fa_seq_len_k(p, b), &lse);
     FA_FN(store_row)(p, args, b, h, row0 + r / pk, acc, inv, lse);
   }
 }
