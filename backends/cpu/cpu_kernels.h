@@ -521,8 +521,20 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
   float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq;
   for (int r = 0; r < bq; r += FA_VW) {
-    fa_vf m_old = vf_load(m + r), mx = m_old;
-    for (int c = 0; c < nc; c++) mx = vf_max(mx, vf_load(s + (size_t)c * bq + r));
+    // Four independent maxima: the NaN-sticky max is a longer dependency
+    // chain than a bare maxps, and nc of them in a row would show.
+    const fa_vf m_old = vf_load(m + r);
+    fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
+    int c = 0;
+    for (; c + 4 <= nc; c += 4) {
+      const float *sc = s + (size_t)c * bq + r;
+      x0 = vf_max(x0, vf_load(sc));
+      x1 = vf_max(x1, vf_load(sc + bq));
+      x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
+      x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
+    }
+    for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
+    const fa_vf mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
     // A row that has seen no key keeps m = -inf; exp against 0 then gives
     // P = 0 and alpha = 0 on an O that is still 0.
     fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
