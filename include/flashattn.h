@@ -114,6 +114,16 @@ typedef struct fa_tensor {
  * `s = scale * q.k`, then `cap * tanh(s / cap)` if softcap > 0, then
  * `s -= slope[h] * |i + shift - j|` with ALiBi, then the mask. A row with no
  * visible key has O = 0 and LSE = -inf (or the sink logit with sinks).
+ *
+ * Non-finite values (the float64 reference's rules; scores are fp32): a NaN
+ * in q, k, v or dO reaches O, LSE and the gradients of exactly the rows
+ * that see it (a masked key contributes nothing, not even 0 * NaN). A score
+ * of +inf makes its row NaN; a score of -inf weighs 0, and a row whose
+ * every visible score is -inf is NaN (not the O = 0 of a row with no key).
+ * `scale` must be finite (0 = default); a scale or inputs for which
+ * scale * q.k overflows fp32 (e.g. scale = FLT_MAX) are accepted, and
+ * the rows whose scores overflow come out NaN or, where fp32 still
+ * resolves the result (an overflow to -inf beside a finite maximum), right.
  */
 typedef struct fa_attention {
   int batch;       /**< Number of sequences (>= 1). */

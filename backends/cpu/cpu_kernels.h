@@ -216,6 +216,7 @@ typedef struct FA_FN(tiles) {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
   size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
   size_t kt, vt;
+  size_t vis; // 2 * bq ints: each lane's visible keys of the tile, [lo, hi)
   size_t total;
 } FA_FN(tiles);
 
@@ -240,6 +241,7 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   FA_TAKE(m, t.bq);
   FA_TAKE(l, t.bq);
   FA_TAKE(mu, t.bq);
+  FA_TAKE(vis, 2 * (size_t)t.bq);
   if (bwd) {
     size_t rows = t.bk > t.bq ? (size_t)t.bk : (size_t)t.bq;
     FA_TAKE(q, (size_t)t.bq * t.ld);
@@ -300,6 +302,87 @@ typedef struct FA_FN(slayout) {
   int grad_lanes;
 } FA_FN(slayout);
 
+/* 1 when some row of the tile does not see every key of [col0, col0 + nc):
+   the window edges move one key per row, so the first and last rows
+   decide. Only such tiles hold masked scores. */
+static int FA_FN(tile_cut)(const fa_problem *p, const FA_FN(lanes) * ln,
+                           int sq, int sk, int col0, int nc) {
+  int lo_last, hi_last, lo_first, hi_first;
+  fa_visible_keys(p, ln->row0, sq, sk, &lo_first, &hi_first);
+  fa_visible_keys(p, ln->row0 + ln->npos - 1, sq, sk, &lo_last, &hi_last);
+  return !(lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first);
+}
+
+/* The keys each valid lane of a tile sees, tile-local: lane r sees keys
+   [lo[r], hi[r]) of [0, nc) (none when lo[r] == hi[r]). */
+static void FA_FN(lane_keys)(const fa_problem *p, const FA_FN(lanes) * ln,
+                             int sq, int sk, int col0, int nc, int *lo,
+                             int *hi) {
+  for (int i = 0; i < ln->npos; i++) {
+    int a, z;
+    fa_visible_keys(p, ln->row0 + i, sq, sk, &a, &z);
+    a = a - col0 < 0 ? 0 : a - col0 > nc ? nc : a - col0;
+    z = z - col0 < a ? a : z - col0 > nc ? nc : z - col0;
+    for (int r = i * ln->pk; r < (i + 1) * ln->pk; r++) {
+      lo[r] = a;
+      hi[r] = z;
+    }
+  }
+}
+
+/* 1 when rows [0, rows) x [0, n) of x (row pitch ld) hold an inf or NaN. */
+static int FA_FN(any_nonfinite)(const float *x, int64_t ld, int rows, int n) {
+  uint32_t all = 0;
+  for (int r = 0; r < rows; r++)
+    for (int i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, x + r * ld + i, sizeof u);
+      all |= ~u & 0x7f800000u ? 0u : 1u; // exponent all ones
+    }
+  return all != 0;
+}
+
+/* The tile products that meet a mask, when their other operand holds an inf
+   or NaN: only the pairs (lane r, key c) with lo[r] <= c < hi[r] are
+   multiplied, so a masked entry adds nothing, not even 0 * NaN (the
+   contract: a NaN reaches only the rows that attend to it). With A[r * al +
+   c * ak] the P-like tile, for c in [0, nc) and r in [lane0, lane0 + nr):
+     key_rows = 0:  C[r][:n] += A(r, c) B[c][:n]   (O += P.V, dQ += dS.K)
+     key_rows = 1:  C[c][:n] += A(r, c) B[r][:n]   (dV += P^T.dO, dK += dS^T.Q)
+   Keys outer: each B row (or C row) is streamed once per key. */
+static void FA_FN(gemm_visible)(int nc, int lane0, int nr, const int *lo,
+                                const int *hi, int n, const float *A,
+                                int64_t al, int64_t ak, const float *B,
+                                int64_t ldb, float *C, int64_t ldc,
+                                int key_rows) {
+  const int tail = n % FA_VW, full = n - tail;
+  for (int c = 0; c < nc; c++)
+    for (int r = lane0; r < lane0 + nr; r++) {
+      if (c < lo[r] || c >= hi[r]) continue;
+      const fa_vf a = vf_set1(A[r * al + c * ak]);
+      const float *b = B + (key_rows ? r : c) * ldb;
+      float *o = C + (key_rows ? c : r) * ldc;
+      for (int i = 0; i < full; i += FA_VW)
+        vf_store(o + i, vf_fma(a, vf_load(b + i), vf_load(o + i)));
+      if (tail)
+        vf_store_part(o + full,
+                      vf_fma(a, vf_load_part(b + full, tail),
+                             vf_load_part(o + full, tail)),
+                      tail);
+    }
+}
+
+/* Zero the entries x[c * cs + r * rs] of a tile that lanes r < nr do not
+   see (P and dS of masked pairs are exactly 0, whatever NaN the formula
+   met on the way). */
+static void FA_FN(zero_hidden)(float *x, int64_t cs, int64_t rs, int nr,
+                               int nc, const int *lo, const int *hi) {
+  for (int r = 0; r < nr; r++) {
+    for (int c = 0; c < lo[r]; c++) x[c * cs + r * rs] = 0.0f;
+    for (int c = hi[r]; c < nc; c++) x[c * cs + r * rs] = 0.0f;
+  }
+}
+
 /* The score pipeline after the dot products: softcap, ALiBi, mask (and
    with grad, d(score)/d(q.k): the scale, times 1 - tanh^2 under softcap). */
 static void FA_FN(scores_post)(const fa_problem *p, float *s,
@@ -328,13 +411,8 @@ static void FA_FN(scores_post)(const fa_problem *p, float *s,
         sc[r * rs] = fa_score_transform(p, sc[r * rs], ln->h0 + r % pk,
                                         ln->row0 + r / pk, col0 + c, shift);
   }
-  // Mask only blocks that cut through some row's window: the edges move
-  // one key per row, so checking the first and last rows is enough.
-  int lo_last, hi_last, lo_first, hi_first;
-  fa_visible_keys(p, ln->row0, sq, sk, &lo_first, &hi_first);
-  fa_visible_keys(p, ln->row0 + ln->npos - 1, sq, sk, &lo_last, &hi_last);
-  if (lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first)
-    return;
+  // Mask only blocks that cut through some row's window.
+  if (!FA_FN(tile_cut)(p, ln, sq, sk, col0, nc)) return;
   for (int i = 0; i < ln->npos; i++) {
     int lo, hi;
     fa_visible_keys(p, ln->row0 + i, sq, sk, &lo, &hi);
@@ -396,32 +474,6 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
   }
 }
 
-/* Small tiles: O[r][:] += P^T[c][r] V[c][:], V rows of pitch ldv. */
-static void FA_FN(pv_rows)(const fa_problem *p, const FA_FN(tiles) * t,
-                           float *ws, const float *v, int64_t ldv, int nc,
-                           int lane0, int nr) {
-  const int dv = p->a.head_dim_v, bq = t->bq, tail = dv % FA_VW;
-  const int full = dv - tail;
-  const float *s = ws + t->s + lane0;
-  float *o = ws + t->acc + (size_t)lane0 * t->ldv;
-  for (int c = 0; c < nc; c++) {
-    const float *vr = v + c * ldv;
-    for (int r = 0; r < nr; r++) {
-      const float pr = s[(size_t)c * bq + r];
-      if (pr == 0.0f) continue; // a masked key adds nothing, not even NaN
-      float *orow = o + (size_t)r * t->ldv;
-      const fa_vf pv = vf_set1(pr);
-      for (int i = 0; i < full; i += FA_VW)
-        vf_store(orow + i, vf_fma(pv, vf_load(vr + i), vf_load(orow + i)));
-      if (tail)
-        vf_store_part(orow + full,
-                      vf_fma(pv, vf_load_part(vr + full, tail),
-                             vf_load_part(orow + full, tail)),
-                      tail);
-    }
-  }
-}
-
 /* ---- forward ------------------------------------------------------------ */
 
 typedef struct FA_FN(partials) {
@@ -431,6 +483,25 @@ typedef struct FA_FN(partials) {
 
 static float FA_FN(sink)(const fa_problem *p, int h) {
   return p->a.sinks ? p->a.sinks[h] : NAN;
+}
+
+/* fa_softmax_finalize for row i of head h, plus the case it cannot tell
+   from an empty row: m = -inf although the row sees keys, i.e. every score
+   it sees is -inf (an inf input, or a product that overflowed fp32). As in
+   the float64 oracle (exp(-inf - (-inf)) = NaN), O and LSE are then NaN,
+   never the silent O = 0, LSE = -inf of a row with no key. */
+static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
+                             int i, int sq, int sk, float *lse) {
+  float inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), lse);
+  if (m == -INFINITY && !p->a.sinks) {
+    int lo, hi;
+    fa_visible_keys(p, i, sq, sk, &lo, &hi);
+    if (lo < hi) {
+      *lse = NAN;
+      return NAN;
+    }
+  }
+  return inv;
 }
 
 static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
@@ -450,8 +521,20 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
   float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq;
   for (int r = 0; r < bq; r += FA_VW) {
-    fa_vf m_old = vf_load(m + r), mx = m_old;
-    for (int c = 0; c < nc; c++) mx = vf_max(mx, vf_load(s + (size_t)c * bq + r));
+    // Four independent maxima: the NaN-sticky max is a longer dependency
+    // chain than a bare maxps, and nc of them in a row would show.
+    const fa_vf m_old = vf_load(m + r);
+    fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
+    int c = 0;
+    for (; c + 4 <= nc; c += 4) {
+      const float *sc = s + (size_t)c * bq + r;
+      x0 = vf_max(x0, vf_load(sc));
+      x1 = vf_max(x1, vf_load(sc + bq));
+      x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
+      x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
+    }
+    for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
+    const fa_vf mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
     // A row that has seen no key keeps m = -inf; exp against 0 then gives
     // P = 0 and alpha = 0 on an O that is still 0.
     fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
@@ -483,6 +566,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   const int hk = h0 / p->group, dv = p->a.head_dim_v, bq = t->bq;
   const FA_FN(slayout) sl_t = {bq, 1, bq};
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
+  int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
 
   // The K tile doubles as the row buffer of the transposing load.
   FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
@@ -586,10 +670,13 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (int r = 0; r < nr; r++)
         if (mu[r] != 1.0f)
           for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      // O[r][:] += P^T[c][r] V[c][:] over the keys each lane sees (the
+      // same rule as the GEMM path's, below, when V holds inf or NaN).
+      FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
       for (int x = 0; x < nruns; x++)
-        FA_FN(pv_rows)(p, t, ws, vh[x % kvt], ldv, nc,
-                       kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
-                       run_len);
+        FA_FN(gemm_visible)(nc, kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
+                            run_len, vlo, vhi, dv, ws + t->s, 1, bq,
+                            vh[x % kvt], ldv, o, t->ldv, 0);
       continue;
     }
 #if FA_HAVE_DPBF16
@@ -624,6 +711,24 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (int r = 0; r < nr; r++)
         if (mu[r] != 1.0f)
           for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) {
+        // As in the fp32 path: V with inf or NaN meets masked P = 0 only
+        // through visible pairs (fp32 V rows, over the pairs: not needed).
+        uint16_t bad = 0;
+        for (int c = 0; c < nc; c++) {
+          const uint16_t *vr = vb + fa_k_offset(p, &args->v, b, col0 + c, hk);
+          for (int d = 0; d < dv; d++)
+            bad |= (uint16_t)((vr[d] & 0x7f80u) == 0x7f80u);
+        }
+        if (bad) {
+          FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
+                             dv);
+          FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
+          FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
+                              ws + t->v, t->ldv, o, t->ldv, 0);
+          continue;
+        }
+      }
       uint32_t *p2 = (uint32_t *)(ws + t->p2);
       FA_FN(pack_p_bf16)(p2, ws + t->s, bq, nc);
       FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, t->ldv,
@@ -655,15 +760,24 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
       for (; d < dv; d++) orow[d] *= mu[r];
     }
-    // O[r][:] += sum_c P^T[c][r] V[c][:]
-    FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
+    // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
+    // 0 * NaN = NaN: where the tile meets a mask and V holds inf or NaN
+    // (a scan of nc x dv, 1/bq of the product), only visible pairs count.
+    if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc) &&
+        FA_FN(any_nonfinite)(v, ldv, nc, dv)) {
+      FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv,
+                          o, t->ldv, 0);
+    } else {
+      FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
+    }
   }
 
   if (plan->num_splits == 1) {
     for (int r = 0; r < nr; r++) {
       const int h = h0 + r % pk;
       float lse,
-          inv = fa_softmax_finalize(m[r], l[r], FA_FN(sink)(p, h), &lse);
+          inv = FA_FN(finalize)(p, m[r], l[r], h, row0 + r / pk, sq, sk, &lse);
       FA_FN(store_row)(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv,
                        inv, lse);
     }
@@ -699,7 +813,8 @@ static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
       fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
     }
     const int h = h0 + r % pk;
-    float lse, inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), &lse);
+    float lse, inv = FA_FN(finalize)(p, m, l, h, row0 + r / pk, sq,
+                                     fa_seq_len_k(p, b), &lse);
     FA_FN(store_row)(p, args, b, h, row0 + r / pk, acc, inv, lse);
   }
 }
@@ -825,8 +940,13 @@ static void FA_FN(load_k_side)(const FA_FN(bwd) * c, float *ws, int b, int hk,
 }
 
 /* With both sides loaded: P^T (in s) = exp(S^T - lse), dP^T = V.dO^T, and
-   dS^T (in dp) = P^T * (dP^T - D) * dscore. */
-static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
+   dS^T (in dp) = P^T * (dP^T - D) * dscore. The exponent is clamped at 0:
+   s <= lse holds in real arithmetic, but s is recomputed here by another
+   product order, and at huge logits (f16 near 65504, default scale) the
+   rounding would make P = exp(s - lse) overflow. Returns 1 when the tile
+   meets a mask, with each lane's visible keys in the vis tile; masked
+   entries of P and dS are then exactly 0. */
+static int FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
                              int sq, int sk, int row0, int nr, int col0,
                              int nc) {
   const fa_problem *p = c->p;
@@ -841,12 +961,20 @@ static void FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
   for (int j = 0; j < nc; j++)
     for (int r = 0; r < bq; r += FA_VW) {
       size_t at = (size_t)j * bq + r;
-      fa_vf pr = vf_exp(vf_sub(vf_load(s + at), vf_load(lse + r)));
+      fa_vf pr = vf_exp(vf_min0(vf_sub(vf_load(s + at), vf_load(lse + r))));
       vf_store(s + at, pr);
       fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load(dp + at), vf_load(dl + r))),
                         vf_load(g + at));
       vf_store(dp + at, ds);
     }
+  if (!FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) return 0;
+  // A NaN lse or D (a row that attends to a NaN) or a NaN dP (NaN in V or
+  // dO) would otherwise leak into masked entries through the formula.
+  int *lo = (int *)(ws + t->vis), *hi = lo + bq;
+  FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, lo, hi);
+  FA_FN(zero_hidden)(s, bq, 1, nr, nc, lo, hi);
+  FA_FN(zero_hidden)(dp, bq, 1, nr, nc, lo, hi);
+  return 1;
 }
 
 /* dK, dV of one kv block. Here the score tile is kept the other way round,
@@ -873,6 +1001,7 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   }
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
   float *q = ws + t->q, *d_o = ws + t->d_o;
+  int *lo = (int *)(ws + t->vis), *hi = lo + bq;
   const FA_FN(slayout) sl = {1, bk, 0};
   const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
@@ -900,15 +1029,34 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
               *dpr = dp + (size_t)r * bk;
         for (int j = 0; j < nc; j += FA_VW) {
           const int n = j < full ? FA_VW : tail;
-          fa_vf pr = vf_exp(vf_sub(vf_load_part(sr + j, n), vl));
+          // Clamped at 0 as in tile_grad.
+          fa_vf pr = vf_exp(vf_min0(vf_sub(vf_load_part(sr + j, n), vl)));
           fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load_part(dpr + j, n), vd)),
                             vf_load_part(gr + j, n));
           vf_store_part(sr + j, pr, n);
           vf_store_part(dpr + j, ds, n);
         }
       }
-      FA_FN(gemm)(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv, 1);
-      FA_FN(gemm)(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
+      // dV += P^T.dO, dK += dS^T.Q. Where the tile meets a mask: masked P
+      // and dS exactly 0, and only visible pairs multiplied when dO or Q
+      // holds inf or NaN (as in the forward).
+      const int cut = FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc);
+      if (cut) {
+        FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, lo, hi);
+        FA_FN(zero_hidden)(s, 1, bk, nr, nc, lo, hi);
+        FA_FN(zero_hidden)(dp, 1, bk, nr, nc, lo, hi);
+      }
+      if (cut && FA_FN(any_nonfinite)(d_o, t->ldv, nr, dv))
+        FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, t->ldv,
+                            ws + t->accv, t->ldv, 1);
+      else
+        FA_FN(gemm)(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv,
+                    1);
+      if (cut && FA_FN(any_nonfinite)(q, t->ld, nr, dim))
+        FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, t->ld,
+                            ws + t->acc, t->ld, 1);
+      else
+        FA_FN(gemm)(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
     }
 }
 
@@ -966,10 +1114,17 @@ static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   for (int kb = kb0; kb < kb1; kb++) {
     const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
     FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
-    FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
-    // dQ[r][:] += sum_c dS^T[c][r] K[c][:]
-    FA_FN(gemm)(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc, t->ld,
-                1);
+    const int cut = FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+    // dQ[r][:] += sum_c dS^T[c][r] K[c][:], over visible pairs only where
+    // masked dS = 0 would meet an inf or NaN in K.
+    if (cut && FA_FN(any_nonfinite)(ws + t->k, t->ld, nc, dim)) {
+      const int *lo = (const int *)(ws + t->vis), *hi = lo + bq;
+      FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq,
+                          ws + t->k, t->ld, acc, t->ld, 0);
+    } else {
+      FA_FN(gemm)(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc,
+                  t->ld, 1);
+    }
   }
   const fa_tensor *dq = &c->args->dq;
   for (int r = 0; r < nr; r++)

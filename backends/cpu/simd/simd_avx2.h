@@ -35,7 +35,14 @@ static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return _mm256_fmadd_ps(a
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return _mm256_add_ps(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return _mm256_sub_ps(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm256_mul_ps(a, b); }
-static inline fa_vf vf_max(fa_vf a, fa_vf b) { return _mm256_max_ps(a, b); }
+/* NaN-sticky: NaN if either operand is NaN (maxps alone returns its
+   second operand when one is NaN, which would drop a NaN held in a). */
+static inline fa_vf vf_max(fa_vf a, fa_vf b) {
+  return _mm256_blendv_ps(_mm256_max_ps(a, b), a,
+                          _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+/* min(a, 0), NaN kept (minps returns its second operand on NaN). */
+static inline fa_vf vf_min0(fa_vf a) { return _mm256_min_ps(_mm256_setzero_ps(), a); }
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf8_u10avx2(a); }
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   fa_vf is_ninf = _mm256_cmp_ps(a, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);

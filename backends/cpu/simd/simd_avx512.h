@@ -28,7 +28,14 @@ static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return _mm512_fmadd_ps(a
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return _mm512_add_ps(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return _mm512_sub_ps(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm512_mul_ps(a, b); }
-static inline fa_vf vf_max(fa_vf a, fa_vf b) { return _mm512_max_ps(a, b); }
+/* NaN-sticky: NaN if either operand is NaN (maxps alone returns its
+   second operand when one is NaN, which would drop a NaN held in a). */
+static inline fa_vf vf_max(fa_vf a, fa_vf b) {
+  return _mm512_mask_mov_ps(_mm512_max_ps(a, b),
+                            _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+/* min(a, 0), NaN kept (minps returns its second operand on NaN). */
+static inline fa_vf vf_min0(fa_vf a) { return _mm512_min_ps(_mm512_setzero_ps(), a); }
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf16_u10avx512f(a); }
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   __mmask16 k = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);

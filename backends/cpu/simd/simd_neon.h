@@ -32,7 +32,10 @@ static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return vfmaq_f32(c, a, b
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return vaddq_f32(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return vsubq_f32(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return vmulq_f32(a, b); }
+/* NaN-sticky: FMAX gives NaN if either operand is NaN (unlike FMAXNM). */
 static inline fa_vf vf_max(fa_vf a, fa_vf b) { return vmaxq_f32(a, b); }
+/* min(a, 0), NaN kept (FMIN propagates NaN). */
+static inline fa_vf vf_min0(fa_vf a) { return vminq_f32(a, vdupq_n_f32(0.0f)); }
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf4_u10advsimd(a); }
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   uint32x4_t ninf = vceqq_f32(a, vdupq_n_f32(-INFINITY));

@@ -23,7 +23,13 @@ static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return a * b + c; }
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return a + b; }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return a - b; }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return a * b; }
-static inline fa_vf vf_max(fa_vf a, fa_vf b) { return a > b ? a : b; }
+/* NaN-sticky: NaN if either operand is NaN (a row max must never skip a
+   NaN score), as in core/softmax.h. */
+static inline fa_vf vf_max(fa_vf a, fa_vf b) {
+  return (a > b || a != a) ? a : b;
+}
+/* min(a, 0), NaN kept. */
+static inline fa_vf vf_min0(fa_vf a) { return a > 0.0f ? 0.0f : a; }
 static inline fa_vf vf_exp(fa_vf a) { return expf(a); }
 /* -inf lanes become 0: the reference point of a row that has seen no key. */
 static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : a; }
