@@ -18,7 +18,11 @@
 //   q_empty     consumers -> producer   256 arrivals after the last S of an
 //                                        item (the next Q may then land)
 //   k_full[s], v_full[s]                 expect_tx of a K (V) block
-//   kv_empty[s] consumers -> producer   256 arrivals after P V read stage s
+//   k_empty[s]  consumers -> producer   256 arrivals once S has read K_s
+//   v_empty[s]  consumers -> producer   256 arrivals once P V has read V_s
+// (K and V are released separately: in the overlapped schedule K_{j+1} is
+// needed a whole block before V_{j+1}, so with two stages a shared release
+// would expose the copy latency at every block.)
 // The producer's first wait on an "empty" barrier uses the parity of the
 // phase before the first one, which counts as complete.
 //
@@ -210,7 +214,8 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t sBar = sV + ST * KVB;
   const uint32_t q_full = sBar, q_empty = sBar + 8;
   const uint32_t k_full = sBar + 16, v_full = k_full + 8 * ST,
-                 kv_empty = v_full + 8 * ST; // + 8 * stage
+                 k_empty = v_full + 8 * ST, v_empty = k_empty + 8 * ST;
+  // (each + 8 * stage)
 
   if (threadIdx.x == 0) {
     bar_init(q_full, 1);
@@ -218,7 +223,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int s = 0; s < ST; s++) {
       bar_init(k_full + 8 * s, 1);
       bar_init(v_full + 8 * s, 1);
-      bar_init(kv_empty + 8 * s, 256);
+      bar_init(k_empty + 8 * s, 256);
+      bar_init(v_empty + 8 * s, 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -245,12 +251,13 @@ __global__ void __launch_bounds__(384, 1)
       const int kbat = p.varlen_k ? 0 : t.b;
       for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
         const uint32_t s = it % ST, ph = (it / ST) & 1;
-        bar_wait(kv_empty + 8 * s, ph ^ 1);
+        bar_wait(k_empty + 8 * s, ph ^ 1);
         bar_expect_tx(k_full + 8 * s, KVB);
 #pragma unroll
         for (int cb = 0; cb < NCB; cb++)
           tma_load(sK + s * KVB + cb * BN * 128, &tk, k_full + 8 * s, cb * 64,
                    krow + kb * BN, hk, kbat);
+        bar_wait(v_empty + 8 * s, ph ^ 1);
         bar_expect_tx(v_full + 8 * s, KVB);
 #pragma unroll
         for (int cb = 0; cb < NCB; cb++)
@@ -424,6 +431,7 @@ __global__ void __launch_bounds__(384, 1)
         wg_commit();
         wg_wait<0>();
         pin(sc);
+        bar_arrive(k_empty + 8 * s);
         if (kb == t.kb1 - 1) bar_arrive(q_empty);
         scores(sc, kb);
         softmax(sc, alpha);
@@ -440,7 +448,7 @@ __global__ void __launch_bounds__(384, 1)
         wg_wait<0>();
 #pragma unroll
         for (int n = 0; n < NO; n++) pin(o[n]);
-        bar_arrive(kv_empty + 8 * s);
+        bar_arrive(v_empty + 8 * s);
       }
       nq++;
     } else if (t.kb0 < t.kb1) {
@@ -461,6 +469,7 @@ __global__ void __launch_bounds__(384, 1)
         wg_commit();
         wg_wait<0>();
         pin(sc);
+        bar_arrive(k_empty + 8 * s);
         if (t.kb0 == t.kb1 - 1) bar_arrive(q_empty);
         scores(sc, t.kb0);
         softmax(sc, alpha); // alpha: O is still zero
@@ -497,6 +506,7 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (NEXT) {
           wg_wait<1>();
           pin(sc);
+          bar_arrive(k_empty + 8 * sn);
           if (kb + 1 == t.kb1 - 1) bar_arrive(q_empty);
           scores(sc, kb + 1);
           softmax(sc, alpha);
@@ -504,7 +514,7 @@ __global__ void __launch_bounds__(384, 1)
         wg_wait<0>();
 #pragma unroll
         for (int n = 0; n < NO; n++) pin(o[n]);
-        bar_arrive(kv_empty + 8 * s);
+        bar_arrive(v_empty + 8 * s);
         if constexpr (NEXT) {
           rescale(alpha);
           pack_p(sc, pa);
@@ -636,6 +646,7 @@ int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
                         : (pp ? fwd_kernel<T, D, false, true>
                               : fwd_kernel<T, D, false, false>);
   constexpr int smem = smem_bytes<D>();
+  static_assert(smem <= 232448, "sm90 tile over the 227 KB opt-in limit");
   cudaError_t e = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;

@@ -535,6 +535,12 @@ int main(int argc, char **argv) {
       {"paged", FA_BF16, 3, 40, 300, 4, 1, 128, 128, BR, -1, -1, 0, 0, 1, 2, 16},
       {"generic", FA_F32, 2, 33, 70, 3, 3, 40, 24, TL, -1, -1, 0, 1, 0, 1, 0},
       {"decode", FA_BF16, 2, 1, 3000, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0, 0},
+      // Small enough for racecheck, with more q blocks (140) than an H200
+      // has SMs (132), so the sm90 kernel runs and some CTAs take two.
+      {"sm90 quick causal", FA_BF16, 1, 200, 300, 70, 10, 128, 128, BR, -1,
+       -1, 0, 0, 0, 0, 0},
+      {"sm90 quick varlen", FA_F16, 2, 150, 130, 70, 70, 64, 64, 0, -1, -1,
+       0, 0, 1, 1, 0},
   };
   static const prob full_cases[] = {
       {"d64", FA_BF16, 2, 300, 300, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0, 0, 0},
