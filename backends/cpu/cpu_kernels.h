@@ -538,8 +538,8 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
     // A row that has seen no key keeps m = -inf; exp against 0 then gives
     // P = 0 and alpha = 0 on an O that is still 0.
     fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
-    for (int c = 0; c < nc; c++) {
-      float *sc = s + (size_t)c * bq + r;
+    for (int k = 0; k < nc; k++) {
+      float *sc = s + (size_t)k * bq + r;
       fa_vf e = vf_exp(vf_sub(vf_load(sc), ref));
       vf_store(sc, e);
       sum = vf_add(sum, e);
