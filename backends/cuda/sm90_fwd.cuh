@@ -657,9 +657,12 @@ int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
   // FA_SM90_SERIAL=1: the serial schedule (no ping-pong, no overlap of
   // softmax and P V), kept to measure what the overlap buys.
+  // d256 with softcap/ALiBi runs it too: overlapped, its transform code
+  // spilled 96 bytes (ptxas), the serial schedule spills nothing.
   const char *serial = getenv("FA_SM90_SERIAL");
   const bool pp = !(serial && *serial && *serial != '0');
-  auto kernel = special ? (pp ? fwd_kernel<T, D, true, true>
+  constexpr bool kSpecialPP = D != 256;
+  auto kernel = special ? (pp ? fwd_kernel<T, D, true, kSpecialPP>
                               : fwd_kernel<T, D, true, false>)
                         : (pp ? fwd_kernel<T, D, false, true>
                               : fwd_kernel<T, D, false, false>);
