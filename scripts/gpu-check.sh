@@ -5,9 +5,11 @@
 # xval.cuda-sm80.*), compute-sanitizer memcheck/racecheck on a subset
 # (ctest -L gpu-sanitizer), then the benchmark against PyTorch SDPA
 # (FlashAttention-2 and cuDNN) and decode; a short table comes last.
+# --large adds `ctest -L gpu-large` (cuda.large: 64-bit offsets over a
+# 16 GiB KV cache; needs 17 GiB free on the device, 40 GiB of host memory).
 #
 #   scripts/gpu-check.sh [--quick] [--no-build] [--no-sanitizer]
-#                        [--no-bench] [--no-tests]
+#                        [--no-bench] [--no-tests] [--large]
 # Environment: BUILD_DIR (default build-cuda), OUT_DIR (logs and JSON;
 # default $BUILD_DIR/gpu-check), JOBS (default: all cores), BENCH_ARGS
 # (more options for bench/gpu/bench_sdpa.py).
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-cuda}
 out=${OUT_DIR:-$build/gpu-check}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
-quick=0 do_build=1 do_san=1 do_bench=1 do_tests=1
+quick=0 do_build=1 do_san=1 do_bench=1 do_tests=1 do_large=0
 for arg in "$@"; do
   case $arg in
   --quick) quick=1 ;;
@@ -25,7 +27,8 @@ for arg in "$@"; do
   --no-sanitizer) do_san=0 ;;
   --no-bench) do_bench=0 ;;
   --no-tests) do_tests=0 ;;
-  *) echo "usage: $0 [--quick] [--no-build] [--no-sanitizer] [--no-bench] [--no-tests]" >&2
+  --large) do_large=1 ;;
+  *) echo "usage: $0 [--quick] [--no-build] [--no-sanitizer] [--no-bench] [--no-tests] [--large]" >&2
      exit 2 ;;
   esac
 done
@@ -78,6 +81,15 @@ if [ $do_san = 1 ]; then
   grep -E "Test +#|ERROR SUMMARY|tests passed" "$out/ctest-sanitizer.log" | tail -20
   errs=$(grep -h "ERROR SUMMARY" "$out/ctest-sanitizer.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
   summary+=("sanitizer: $(ctest_line "$out/ctest-sanitizer.log"); ${errs:-no summary lines}")
+fi
+
+if [ $do_large = 1 ]; then
+  step "64-bit offsets on the GPU (ctest -L gpu-large)"
+  ctest --test-dir "$build" -L gpu-large -V >"$out/ctest-large.log" 2>&1 ||
+    status=1
+  grep -E "^[0-9]+: (==|gpu|cpu|oracle|fill|upload|SKIP|FAIL)|tests passed" \
+    "$out/ctest-large.log" | tail -60
+  summary+=("ctest -L gpu-large: $(ctest_line "$out/ctest-large.log")")
 fi
 
 if [ $do_bench = 1 ]; then
