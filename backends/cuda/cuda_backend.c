@@ -425,9 +425,9 @@ static const sm90_instance *sm90_find(fa_dtype dtype, int dim) {
   return NULL;
 }
 
-/* The sm90 kernel's own geometry: q blocks of 128 rows, one head per tile,
-   no kv split; the persistent grid walks these items in the plan's order
-   (fa_gpu_work_item: causal longest first). */
+/* The sm90 kernel sets its own geometry (q blocks of its tile's rows, one
+   head per item, no kv split); 128 rows here only estimate the item count
+   for the choice below. */
 enum { SM90_BLOCK_M = 128 };
 
 static fa_status fwd_sm90(void *state, const fa_problem *p,
@@ -472,9 +472,9 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
     return fwd_sm80(state, p, plan, a);
   }
   if (core->log_enabled())
-    core->log("  %s %s: 128-row q blocks, %lld work items on a persistent "
-              "grid of %d CTAs", BACKEND_NAME, name, (long long)items,
-              (int)(items < st->sm_count ? items : st->sm_count));
+    core->log("  %s %s: tile of sm90_tiles.def, about %lld work items on "
+              "a persistent grid of at most %d CTAs", BACKEND_NAME, name,
+              (long long)items, st->sm_count);
   return launched(err, name);
 }
 

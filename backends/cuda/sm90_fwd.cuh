@@ -2,24 +2,26 @@
 // The sm90 forward mainloop (Hopper, sm_90a only): TMA copies into 128-byte
 // swizzled shared memory completing on mbarriers, warp specialisation
 // (a producer warpgroup that only issues copies, with its registers given
-// to two consumer warpgroups by setmaxnreg), wgmma for S = Q K^T (both
+// to the consumer warpgroups by setmaxnreg), wgmma for S = Q K^T (both
 // operands from shared memory) and O += P V (P from registers), the online
 // softmax in base 2 with scale * log2(e) folded into one FFMA, and a
 // persistent grid over (batch, head, q block) items (see item_of).
 //
-// CTA = 3 warpgroups. Warpgroup 0 (producer): one thread loads, per work
-// item, Q (128 rows) once and then every K/V block of the item's visible
-// range into a ring of STAGES buffers. Warpgroups 1, 2 (consumers): rows
-// 0-63 and 64-127 of the item's q block. Both consumers walk the same K/V
-// blocks, each releases a stage after its P V product has read it.
+// CTA = 1 + NC warpgroups (NC = block_m / 64: 2, or 3 at d64). Warpgroup 0
+// (producer): one thread loads, per work item, Q (block_m rows) once and
+// then every K/V block of the item's visible range into a ring of STAGES
+// buffers. Warpgroups 1..NC (consumers): 64 rows of the item's q block
+// each. All consumers walk the same K/V blocks and release each stage
+// once they have read it.
 //
 // Synchronisation (all mbarriers; phases counted, never reset):
 //   q_full      producer -> consumers   expect_tx of the Q bytes
-//   q_empty     consumers -> producer   256 arrivals after the last S of an
-//                                        item (the next Q may then land)
+//   q_empty     consumers -> producer   an arrival per consumer thread
+//                                        after the last S of an item (the
+//                                        next Q may then land)
 //   k_full[s], v_full[s]                 expect_tx of a K (V) block
-//   k_empty[s]  consumers -> producer   256 arrivals once S has read K_s
-//   v_empty[s]  consumers -> producer   256 arrivals once P V has read V_s
+//   k_empty[s]  consumers -> producer   (likewise) once S has read K_s
+//   v_empty[s]  consumers -> producer   (likewise) once P V has read V_s
 // (K and V are released separately: in the overlapped schedule K_{j+1} is
 // needed a whole block before V_{j+1}, so with two stages a shared release
 // would expose the copy latency at every block.)
@@ -70,10 +72,15 @@ template <int D> struct tile;
 #include "sm90_tiles.def"
 #undef FA_SM90_TILE
 
-/* Registers a warpgroup keeps after setmaxnreg: 128 x 24 + 256 x 240 =
-   64,512 of the SM's 65,536 (ptxas allocates each branch to its limit; at
-   232 the overlapped schedule of d128 spilled, at 240 it does not). */
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+/* Registers a warpgroup keeps after setmaxnreg: the producer 24, each of
+   the NC consumers what is left of the SM's 65,536, rounded down to 8:
+   NC = 2: 128 x 24 + 256 x 240 = 64,512; NC = 3: 128 x 24 + 384 x 160.
+   (ptxas allocates each branch to its limit; at 232 the overlapped
+   schedule of d128 spilled, at 240 it does not.) */
+constexpr int kProducerRegs = 24;
+template <int NC> __host__ __device__ constexpr int consumer_regs() {
+  return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
+}
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 /* ---- PTX wrappers ----------------------------------------------------------- */
@@ -213,18 +220,21 @@ __device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
 }
 
 template <typename T, int D, bool SPECIAL, bool PINGPONG>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     fwd_kernel(const __grid_constant__ fa_gpu_params p,
                const __grid_constant__ CUtensorMap tq,
                const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap tv) {
   typedef tile<D> TL;
   constexpr int BM = TL::BM, BN = TL::BN, ST = TL::STAGES;
+  constexpr int NC = BM / 64, NCT = 128 * NC; // consumers, their threads
   constexpr int NCB = D / 64;                // 128-byte column blocks a row
   constexpr int ON = D > 128 ? 128 : D;      // N of one O wgmma
   constexpr int NO = D / ON;                 // O pieces
   constexpr uint32_t QB = BM * D * 2, KVB = BN * D * 2;
-  static_assert(BM == 128 && D % 64 == 0 && BN % 16 == 0, "tile shape");
+  static_assert(BM % 64 == 0 && (NC == 2 || NC == 3) && D % 64 == 0 &&
+                    BN % 16 == 0,
+                "tile shape");
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -237,12 +247,12 @@ __global__ void __launch_bounds__(384, 1)
 
   if (threadIdx.x == 0) {
     bar_init(q_full, 1);
-    bar_init(q_empty, 256);
+    bar_init(q_empty, NCT);
     for (int s = 0; s < ST; s++) {
       bar_init(k_full + 8 * s, 1);
       bar_init(v_full + 8 * s, 1);
-      bar_init(k_empty + 8 * s, 256);
-      bar_init(v_empty + 8 * s, 256);
+      bar_init(k_empty + 8 * s, NCT);
+      bar_init(v_empty + 8 * s, NCT);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -287,16 +297,33 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   // ---- consumer warpgroups ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
+      consumer_regs<NC>()));
   const int ct = threadIdx.x - 128, cw = ct / 128;
   const int warp = (ct % 128) / 32, lane = ct % 32, g = lane / 4, t4 = lane % 4;
   const int rbase = cw * 64 + warp * 16 + g; // tile row of the first row
   const float mul = SPECIAL ? 1.0f : p.scale * kLog2e;
   uint32_t it = 0, nq = 0;
-  // Ping-pong: the two consumers take turns issuing their GEMMs (named
-  // barriers 2 and 3), so that one's tensor-core work overlaps the other's
-  // softmax. Consumer 0 has the first turn.
-  if (PINGPONG && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  // Ping-pong: the consumers take turns issuing their GEMMs (consumer c
+  // waits on named barrier 2 + c, then passes to the next), so that one's
+  // tensor-core work overlaps the others' softmax. Consumer 0 goes first.
+  auto turn_wait = [&] {
+    if (cw == 0)
+      asm volatile("bar.sync 2, 256;\n" ::: "memory");
+    else if (NC == 2 || cw == 1)
+      asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    else if constexpr (NC == 3)
+      asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  };
+  auto turn_pass = [&] {
+    if (cw == NC - 1)
+      asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    else if (cw == 0)
+      asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    else if constexpr (NC == 3)
+      asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  };
+  if (PINGPONG && cw == NC - 1) turn_pass();
 
   for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
     const item t = item_of<BM, BN>(p, w);
@@ -425,7 +452,7 @@ __global__ void __launch_bounds__(384, 1)
     auto zero_tail = [&](uint32_t s, int kb) {
       const int valid = t.sk - kb * BN;
       const int chunks = (BN - valid) * NCB * 8;
-      for (int c = ct; c < chunks; c += 256) {
+      for (int c = ct; c < chunks; c += NCT) {
         const int r = valid + c / (NCB * 8), cb = (c / 8) % NCB, k = c % 8;
         const uint32_t a = sV + s * KVB + cb * BN * 128 + r * 128 + k * 16;
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a),
@@ -433,7 +460,7 @@ __global__ void __launch_bounds__(384, 1)
                      : "memory");
       }
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      asm volatile("bar.sync 1, %0;\n" ::"n"(NCT) : "memory");
     };
 
     if (t.kb0 < t.kb1 && !PINGPONG) {
@@ -503,10 +530,7 @@ __global__ void __launch_bounds__(384, 1)
         bar_wait(v_full + 8 * s, ph);
         if ((kb + 1) * BN > t.sk) zero_tail(s, kb);
         if (NEXT) bar_wait(k_full + 8 * sn, phn);
-        if (cw == 0)
-          asm volatile("bar.sync 2, 256;\n" ::: "memory");
-        else
-          asm volatile("bar.sync 3, 256;\n" ::: "memory");
+        turn_wait();
 #pragma unroll
         for (int n = 0; n < NO; n++) pin(o[n]);
         pin(pa);
@@ -517,10 +541,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         issue_pv(pa, s);
         wg_commit();
-        if (cw == 0)
-          asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-        else
-          asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+        turn_pass();
         if constexpr (NEXT) {
           wg_wait<1>();
           pin(sc);
@@ -637,13 +658,21 @@ template <int D> constexpr int smem_bytes() {
 
 /* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
    be described to the copy engine; the caller then runs the sm80 kernel.
-   p: the problem with the sm90 geometry (block_rows = BM, one split, no
-   GQA packing; num_work = batch x heads_q x q blocks); rows_q / rows_k:
-   storage rows of varlen Q / K (0 when dense). */
+   in: the problem (its plan fields are replaced here by this kernel's
+   geometry: q blocks of the tile's BM rows, one head per item, no split);
+   rows_q / rows_k: storage rows of varlen Q / K (0 when dense). */
 template <typename T, int D>
-int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
+int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
            void *stream) {
   typedef tile<D> TL;
+  fa_gpu_params g = *in;
+  const fa_gpu_params *p = &g;
+  g.block_q = g.block_rows = TL::BM;
+  g.block_k = TL::BN;
+  g.pack_group = 1;
+  g.num_splits = 1;
+  g.num_q_blocks = (int)(((int64_t)g.seqlen_q + TL::BM - 1) / TL::BM);
+  g.num_work = (int64_t)g.batch * g.heads_q * g.num_q_blocks;
   if (p->num_work <= 0) return 0;
   CUtensorMap tq, tk, tv;
   const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
@@ -657,11 +686,12 @@ int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
   // FA_SM90_SERIAL=1: the serial schedule (no ping-pong, no overlap of
   // softmax and P V), kept to measure what the overlap buys.
-  // d256 with softcap/ALiBi runs it too: overlapped, its transform code
-  // spilled 96 bytes (ptxas), the serial schedule spills nothing.
+  // With softcap/ALiBi only d128 overlaps: the transform code spilled in
+  // the overlapped schedule at d256 (96 bytes) and d64 (236 bytes, 160
+  // registers for three consumers); their serial schedule spills nothing.
   const char *serial = getenv("FA_SM90_SERIAL");
   const bool pp = !(serial && *serial && *serial != '0');
-  constexpr bool kSpecialPP = D != 256;
+  constexpr bool kSpecialPP = D == 128;
   auto kernel = special ? (pp ? fwd_kernel<T, D, true, kSpecialPP>
                               : fwd_kernel<T, D, true, false>)
                         : (pp ? fwd_kernel<T, D, false, true>
@@ -672,7 +702,8 @@ int launch(const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
   const int64_t grid = p->num_work < sms ? p->num_work : sms;
-  kernel<<<(unsigned)grid, 384, smem, (cudaStream_t)stream>>>(*p, tq, tk, tv);
+  kernel<<<(unsigned)grid, 128 * (TL::BM / 64 + 1), smem,
+           (cudaStream_t)stream>>>(g, tq, tk, tv);
   return (int)cudaGetLastError();
 }
 
