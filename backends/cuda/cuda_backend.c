@@ -443,8 +443,11 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   const char *why = NULL;
   if (!inst || st->cc != 90)
     why = "this context's device is not sm_90";
+  else if (p->a.seqlen_q < 64)
+    why = "fewer than 64 queries (decode: the sm80 decode tile packs the "
+          "GQA heads and splits the keys; a 128-row tile would be padding)";
   else if (plan->num_splits > 1 && items < st->sm_count)
-    why = "the plan splits the keys (fewer q blocks than SMs: decode)";
+    why = "the plan splits the keys (fewer q blocks than SMs)";
   else if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
            !chunk_aligned(&a->v) || !chunk_aligned(&a->o))
     why = "a tensor is not 16-byte aligned";

@@ -431,7 +431,11 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       for (int hr = 0; hr < 2; hr++) {
         const float m_new = row_max(s[mi], hr, mrow[mi][hr]);
         const float ref = row_ref(m_new, mul);
-        const float alpha = ex2(mrow[mi][hr] * mul - ref);
+        // Exactly 1 while the maximum stands (the FMA contraction of
+        // mrow * mul - ref would leave ref's rounding error instead of 0,
+        // a drift of ~1e-7 per block; see sm90_fwd.cuh).
+        const float alpha =
+            m_new == mrow[mi][hr] ? 1.0f : ex2(mrow[mi][hr] * mul - ref);
         mrow[mi][hr] = m_new;
         float sum = 0.0f;
 #pragma unroll

@@ -329,7 +329,6 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     const item t = item_of<BM, BN>(p, w);
     if (!t.valid) continue;
     const int nrows = min(BM, t.sq - t.row0);
-    const int shift = fa_gpu_shift(&p, t.sq, t.sk);
     float o[NO][ON / 2];
 #pragma unroll
     for (int n = 0; n < NO; n++)
@@ -384,7 +383,8 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
             for (int e = 0; e < 2; e++) {
               float &v = sc[4 * j + 2 * hr + e];
               v = fa_gpu_transform(&p, p.scale * v, t.h, i,
-                                   col0 + 8 * j + 2 * t4 + e, shift) *
+                                   col0 + 8 * j + 2 * t4 + e,
+                                   fa_gpu_shift(&p, t.sq, t.sk)) *
                   kLog2e;
             }
         }
@@ -418,7 +418,11 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
         m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
         const float ref = m == -INFINITY ? 0.0f : m * mul;
-        alpha[hr] = ex2(mrow[hr] * mul - ref);
+        // Exactly 1 while the maximum stands: mrow * mul - ref contracts
+        // to an FMA whose result is the rounding error of ref, not 0, and
+        // 2^that, applied at every block, drifted l and O by ~1e-7 per
+        // block (LSE off by 2e-5 after 2^20 keys; cuda.large).
+        alpha[hr] = m == mrow[hr] ? 1.0f : ex2(mrow[hr] * mul - ref);
         mrow[hr] = m;
         float sum = 0.0f;
 #pragma unroll
