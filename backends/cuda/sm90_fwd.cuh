@@ -467,6 +467,22 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       asm volatile("bar.sync 1, %0;\n" ::"n"(NCT) : "memory");
     };
 
+    // S of block kb from stage s, alone (waited for), K released, Q too
+    // after the item's last S; then its scores and softmax.
+    auto s_block = [&](float (&sc)[BN / 2], float (&alpha)[2], uint32_t s,
+                       uint32_t ph, int kb) {
+      bar_wait(k_full + 8 * s, ph);
+      wg_fence();
+      issue_s(sc, s);
+      wg_commit();
+      wg_wait<0>();
+      pin(sc);
+      bar_arrive(k_empty + 8 * s);
+      if (kb == t.kb1 - 1) bar_arrive(q_empty);
+      scores(sc, kb);
+      softmax(sc, alpha);
+    };
+
     if (t.kb0 < t.kb1 && !PINGPONG) {
       // Serial schedule: S, softmax, P V, one block after the other.
       bar_wait(q_full, nq & 1);
@@ -474,16 +490,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         const uint32_t s = it % ST, ph = (it / ST) & 1;
         float sc[BN / 2], alpha[2];
         uint32_t pa[BN / 16][4];
-        bar_wait(k_full + 8 * s, ph);
-        wg_fence();
-        issue_s(sc, s);
-        wg_commit();
-        wg_wait<0>();
-        pin(sc);
-        bar_arrive(k_empty + 8 * s);
-        if (kb == t.kb1 - 1) bar_arrive(q_empty);
-        scores(sc, kb);
-        softmax(sc, alpha);
+        s_block(sc, alpha, s, ph, kb);
         pack_p(sc, pa);
         rescale(alpha);
         bar_wait(v_full + 8 * s, ph);
@@ -512,16 +519,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       bar_wait(q_full, nq & 1);
       {
         const uint32_t s = it % ST, ph = (it / ST) & 1;
-        bar_wait(k_full + 8 * s, ph);
-        wg_fence();
-        issue_s(sc, s);
-        wg_commit();
-        wg_wait<0>();
-        pin(sc);
-        bar_arrive(k_empty + 8 * s);
-        if (t.kb0 == t.kb1 - 1) bar_arrive(q_empty);
-        scores(sc, t.kb0);
-        softmax(sc, alpha); // alpha: O is still zero
+        s_block(sc, alpha, s, ph, t.kb0); // alpha: O is still zero
         pack_p(sc, pa);
       }
       // One block's turn; NEXT: a block follows (its S is issued here).
