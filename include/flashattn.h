@@ -124,6 +124,12 @@ typedef struct fa_tensor {
  * scale * q.k overflows fp32 (e.g. scale = FLT_MAX) are accepted, and
  * the rows whose scores overflow come out NaN or, where fp32 still
  * resolves the result (an overflow to -inf beside a finite maximum), right.
+ * These non-finite rules hold on the CPU backends (tests/stress). The GPU
+ * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply a
+ * whole tile of P by V: a NaN or inf in a V (or, backward, dO) row also
+ * reaches the rows of the same tile that cannot see that key. Finite
+ * inputs are unaffected, and K/V rows past a sequence's end (varlen,
+ * seqused_k) never leak (they are masked and zeroed).
  */
 typedef struct fa_attention {
   int batch;       /**< Number of sequences (>= 1). */
