@@ -63,6 +63,11 @@ static fa_status cuda_fail(cudaError_t e, const char *what) {
     if (ck_ != cudaSuccess) return cuda_fail(ck_, what);                       \
   } while (0)
 
+static int env_set(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
 /* ---- per-context state ---------------------------------------------------- */
 
 typedef struct cuda_state {
@@ -441,16 +446,20 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   snprintf(name, sizeof name, "cuda.sm90.%s.d%d",
            p->dtype == FA_BF16 ? "bf16" : "f16", dim);
   const char *why = NULL;
+  // FA_SM90_FORCE=1: the sm90 kernel whenever it can run the problem, the
+  // size heuristics below aside (so that the float64-oracle grid, whose
+  // problems are mostly small, validates it: xval.cuda-sm80.sm90-forced.*).
+  const int force = env_set("FA_SM90_FORCE");
   if (!inst || st->cc != 90)
     why = "this context's device is not sm_90";
-  else if (p->a.seqlen_q < 64)
-    why = "fewer than 64 queries (decode: the sm80 decode tile packs the "
-          "GQA heads and splits the keys; a 128-row tile would be padding)";
-  else if (plan->num_splits > 1 && items < st->sm_count)
-    why = "the plan splits the keys (fewer q blocks than SMs)";
   else if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
            !chunk_aligned(&a->v) || !chunk_aligned(&a->o))
     why = "a tensor is not 16-byte aligned";
+  else if (!force && p->a.seqlen_q < 64)
+    why = "fewer than 64 queries (decode: the sm80 decode tile packs the "
+          "GQA heads and splits the keys; a 128-row tile would be padding)";
+  else if (!force && plan->num_splits > 1 && items < st->sm_count)
+    why = "the plan splits the keys (fewer q blocks than SMs)";
   if (why) {
     if (core->log_enabled())
       core->log("  %s %s: %s; running the sm80 kernel", BACKEND_NAME, name,
@@ -524,10 +533,6 @@ static const sm80_bwd_instance sm80_bwd_instances[] = {
 #undef FA_SM80_BWD_INST
     {FA_F32, 0, NULL}};
 
-static int env_set(const char *name) {
-  const char *v = getenv(name);
-  return v && *v && strcmp(v, "0") != 0;
-}
 
 /* dQ goes through fp32 atomics here, so its summation order varies run to
    run; FA_CUDA_DETERMINISTIC=1 selects the generic backward (fixed order,
