@@ -81,8 +81,9 @@ double fz_round_abs(fa_dtype t);
    anything), except that a ref
    beyond the largest finite value of dtype t (within tol) may come back as
    that infinity. leak_ok accepts two known NaN defects of the CPU kernels
-   (see tests/stress): bit 1, a NaN where ref is finite (a NaN input reaching
-   rows that cannot see it through masked zeros, 0 * NaN); bit 2, -inf
+   (see tests/stress): bit 1, a NaN where ref is finite or infinite (a NaN
+   or infinite input reaching rows that cannot see it through masked zeros,
+   0 * NaN, 0 * inf); bit 2, -inf
    where ref is NaN (an LSE whose row max dropped a NaN score); bit 4, any
    non-NaN where ref is NaN (a row whose max dropped its NaN score comes out
    empty, O = 0; a NaN in V whose weight underflowed to exactly 0 is
