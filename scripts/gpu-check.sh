@@ -94,7 +94,8 @@ fi
 
 if [ $do_bench = 1 ]; then
   step "bench: flashattn vs torch SDPA (FA2, cuDNN)"
-  bargs=(--lib "$build/libflashattn.so" --bwd --decode --json "$out/bench.json")
+  bargs=(--lib "$build/libflashattn.so" --dims 64,128,256 --sm80 --matmul
+         --bwd --decode --json "$out/bench.json")
   [ $quick = 1 ] && bargs+=(--quick)
   # BENCH_ARGS: more bench_sdpa.py options (e.g. "--dims 64,128,256 --sm80
   # --matmul": the sm90 comparison with its sm80 column and the ceiling).
