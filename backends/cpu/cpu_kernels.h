@@ -16,6 +16,7 @@
 // and use per-thread tiles carved from the context's workspace.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -873,7 +874,10 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
 // Splitting dQ from dK/dV recomputes two tile products (7 instead of 5) but
 // needs neither atomics nor an fp32 dQ accumulator the size of Q. Paged KV
 // may share a page between sequences: there pass 2 runs one item per kv
-// head and adds into dK/dV.
+// head, sums dK/dV in fp32 over every sequence that names a page (a buffer
+// over the pages the batch references), and stores each row once. (Adding
+// into a 16-bit dK/dV sequence by sequence rounded at every step and could
+// overflow to an infinity of the wrong sign: found by the long fuzz run.)
 
 typedef struct FA_FN(bwd) {
   const fa_problem *p;
@@ -881,7 +885,22 @@ typedef struct FA_FN(bwd) {
   const fa_bwd_args *args;
   FA_FN(tiles) t;
   float *delta; // D, [batch][heads_q][seqlen_q]
+  // Paged: compact index of each referenced page (-1: none), and the
+  // floats of one kv head's fp32 dK/dV rows over those pages.
+  const int32_t *page_slot;
+  size_t page_floats;
 } FA_FN(bwd);
+
+/* Paged: the fp32 row of key j of sequence b in the page accumulator. */
+static float *FA_FN(page_row)(const FA_FN(bwd) * c, float *pacc, int b,
+                              int j) {
+  const fa_problem *p = c->p;
+  const int ps = p->a.page_size;
+  const int32_t page =
+      p->a.block_table[(int64_t)b * p->a.max_blocks_per_seq + j / ps];
+  const size_t row = (size_t)c->page_slot[page] * ps + (size_t)(j % ps);
+  return pacc + row * (size_t)(p->a.head_dim + p->a.head_dim_v);
+}
 
 static int64_t FA_FN(row_index)(const fa_problem *p, int b, int h, int i) {
   return ((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i;
@@ -1060,9 +1079,9 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
     }
 }
 
-/* Write (or, for paged pools, add) the dK/dV rows of a kv block. */
+/* Write the dK/dV rows of a kv block (dense and varlen K/V). */
 static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
-                                  int b, int hk, int kb, int add) {
+                                  int b, int hk, int kb) {
   const fa_problem *p = c->p;
   const FA_FN(tiles) *t = &c->t;
   const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
@@ -1073,17 +1092,46 @@ static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
     int64_t ov = fa_k_offset(p, dvt, b, col0 + j, hk);
     const float *a = ws + t->acc + (size_t)j * t->ld;
     const float *av = ws + t->accv + (size_t)j * t->ldv;
-    for (int d = 0; d < p->a.head_dim; d++)
-      fa_store(dk->data, dk->dtype, ok + d,
-               a[d] + (add ? fa_load(dk->data, dk->dtype, ok + d) : 0.0f));
-    for (int d = 0; d < p->a.head_dim_v; d++)
-      fa_store(dvt->data, dvt->dtype, ov + d,
-               av[d] + (add ? fa_load(dvt->data, dvt->dtype, ov + d) : 0.0f));
+    fa_store_row(dk->data, dk->dtype, ok, a, p->a.head_dim);
+    fa_store_row(dvt->data, dvt->dtype, ov, av, p->a.head_dim_v);
   }
 }
 
+/* Paged: add the dK/dV rows of a kv block to the page accumulator. */
+static void FA_FN(add_kv_block)(const FA_FN(bwd) * c, const float *ws,
+                                float *pacc, int b, int kb) {
+  const fa_problem *p = c->p;
+  const FA_FN(tiles) *t = &c->t;
+  const int sk = fa_seq_len_k(p, b), dim = p->a.head_dim;
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  for (int j = 0; j < nc; j++) {
+    float *row = FA_FN(page_row)(c, pacc, b, col0 + j);
+    const float *a = ws + t->acc + (size_t)j * t->ld;
+    const float *av = ws + t->accv + (size_t)j * t->ldv;
+    for (int d = 0; d < dim; d++) row[d] += a[d];
+    for (int d = 0; d < p->a.head_dim_v; d++) row[dim + d] += av[d];
+  }
+}
+
+/* Paged: store the summed dK/dV rows of every key the batch names (a row
+   named twice is stored twice, with the same value). */
+static void FA_FN(store_pages)(const FA_FN(bwd) * c, const float *pacc,
+                               int hk) {
+  const fa_problem *p = c->p;
+  const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
+  const int dim = p->a.head_dim;
+  for (int b = 0; b < p->a.batch; b++)
+    for (int j = 0; j < fa_seq_len_k(p, b); j++) {
+      const float *row = FA_FN(page_row)(c, (float *)pacc, b, j);
+      fa_store_row(dk->data, dk->dtype, fa_k_offset(p, dk, b, j, hk), row,
+                   dim);
+      fa_store_row(dvt->data, dvt->dtype, fa_k_offset(p, dvt, b, j, hk),
+                   row + dim, p->a.head_dim_v);
+    }
+}
+
 /* Zero dK/dV rows: keys [j0, j1) of sequence b (dense rows past seqused_k
-   get zero gradient; paged pools are zeroed before accumulation). */
+   get zero gradient). */
 static void FA_FN(zero_kv_rows)(const FA_FN(bwd) * c, int b, int hk, int j0,
                                 int j1) {
   const fa_problem *p = c->p;
@@ -1136,17 +1184,41 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
                                  const fa_plan_data *plan,
                                  const fa_bwd_args *args) {
   fa_cpu_state *st = state;
-  FA_FN(bwd) c = {p, plan, args, FA_FN(tiles_layout)(plan, 1), NULL};
+  FA_FN(bwd) c = {p,    plan, args, FA_FN(tiles_layout)(plan, 1),
+                  NULL, NULL, 0};
   const int B = p->a.batch, HQ = p->a.heads_q, HK = p->a.heads_kv;
   const int nkb = plan->num_k_blocks, nqb = plan->num_q_blocks;
   int nt = fa_cpu_threads(st);
   if (nt < 1) nt = 1;
   size_t delta_floats = ((size_t)B * HQ * p->a.seqlen_q + 15) / 16 * 16;
   size_t row_floats = 2 * (((size_t)p->a.head_dim_v + 15) / 16 * 16);
-  size_t per_thread = c.t.total > row_floats ? c.t.total : row_floats;
+  size_t tile_floats = c.t.total > row_floats ? c.t.total : row_floats;
+  int32_t *page_slot = NULL;
+  if (p->paged) {
+    // Compact ids of the pages the batch references, in first-use order.
+    const int ps = p->a.page_size;
+    page_slot = malloc(sizeof(int32_t) * (size_t)p->a.num_pages);
+    if (!page_slot) return FA_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < p->a.num_pages; i++) page_slot[i] = -1;
+    size_t n_ref = 0;
+    for (int b = 0; b < B; b++) {
+      const int32_t *bt =
+          p->a.block_table + (int64_t)b * p->a.max_blocks_per_seq;
+      for (int blk = 0; (int64_t)blk * ps < fa_seq_len_k(p, b); blk++)
+        if (page_slot[bt[blk]] < 0) page_slot[bt[blk]] = (int32_t)n_ref++;
+    }
+    c.page_slot = page_slot;
+    c.page_floats = (n_ref * (size_t)ps *
+                         ((size_t)p->a.head_dim + p->a.head_dim_v) +
+                     15) / 16 * 16;
+  }
+  size_t per_thread = tile_floats + c.page_floats;
   float *ws = fa_cpu_workspace(
       st, sizeof(float) * (delta_floats + per_thread * (size_t)nt));
-  if (!ws) return FA_ERR_OUT_OF_MEMORY;
+  if (!ws) {
+    free(page_slot);
+    return FA_ERR_OUT_OF_MEMORY;
+  }
   c.delta = ws;
   float *tiles = ws + delta_floats;
   const int64_t n_bh = (int64_t)B * HQ;
@@ -1164,13 +1236,14 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
     for (int64_t i = 0; i < n_kv; i++) {
       if (p->paged) {
         const int hk = (int)i;
-        for (int b = 0; b < B; b++)
-          FA_FN(zero_kv_rows)(&c, b, hk, 0, fa_seq_len_k(p, b));
+        float *pacc = mine + tile_floats;
+        memset(pacc, 0, sizeof(float) * c.page_floats);
         for (int b = 0; b < B; b++)
           for (int kb = 0; kb * c.t.bk < fa_seq_len_k(p, b); kb++) {
             FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
-            FA_FN(store_kv_block)(&c, mine, b, hk, kb, 1);
+            FA_FN(add_kv_block)(&c, mine, pacc, b, kb);
           }
+        FA_FN(store_pages)(&c, pacc, hk);
       } else {
         const int kb = (int)(i % nkb), hk = (int)(i / nkb % HK),
                   b = (int)(i / nkb / HK);
@@ -1183,7 +1256,7 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
         }
         if (kb * c.t.bk < sk) {
           FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
-          FA_FN(store_kv_block)(&c, mine, b, hk, kb, 0);
+          FA_FN(store_kv_block)(&c, mine, b, hk, kb);
         }
       }
     }
@@ -1192,5 +1265,6 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
       FA_FN(q_block_grads)(&c, mine, (int)(i / nqb / HQ),
                            (int)(i / nqb % HQ), (int)(i % nqb));
   }
+  free(page_slot);
   return FA_OK;
 }
