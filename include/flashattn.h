@@ -124,6 +124,8 @@ typedef struct fa_tensor {
  * scale * q.k overflows fp32 (e.g. scale = FLT_MAX) are accepted, and
  * the rows whose scores overflow come out NaN or, where fp32 still
  * resolves the result (an overflow to -inf beside a finite maximum), right.
+ * The backward likewise accumulates dO.v and dO.O in fp32: where those
+ * overflow (16-bit inputs near their maximum), gradients may be non-finite.
  * These non-finite rules hold on the CPU backends (tests/stress). The GPU
  * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply a
  * whole tile of P by V: a NaN or inf in a V (or, backward, dO) row also
