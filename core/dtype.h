@@ -72,18 +72,30 @@ static inline const char *fa_dtype_name(fa_dtype t) {
   return t == FA_F32 ? "f32" : t == FA_F16 ? "f16" : t == FA_BF16 ? "bf16" : "?";
 }
 
-/* Element idx of a buffer of type t, widened to fp32. */
+/* Element idx of a buffer of type t, widened to fp32. Through memcpy (a
+   plain load once compiled): the API asks no alignment of data, and an
+   fp32 view may start 2 bytes into a buffer, where a float * load is
+   undefined. */
 static inline float fa_load(const void *base, fa_dtype t, int64_t idx) {
-  if (t == FA_F32) return ((const float *)base)[idx];
-  uint16_t h = ((const uint16_t *)base)[idx];
+  const unsigned char *p = (const unsigned char *)base;
+  if (t == FA_F32) {
+    float x;
+    memcpy(&x, p + idx * 4, 4);
+    return x;
+  }
+  uint16_t h;
+  memcpy(&h, p + idx * 2, 2);
   return t == FA_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
 }
 
 static inline void fa_store(void *base, fa_dtype t, int64_t idx, float x) {
-  if (t == FA_F32)
-    ((float *)base)[idx] = x;
-  else
-    ((uint16_t *)base)[idx] = t == FA_F16 ? fa_f32_to_f16(x) : fa_f32_to_bf16(x);
+  unsigned char *p = (unsigned char *)base;
+  if (t == FA_F32) {
+    memcpy(p + idx * 4, &x, 4);
+  } else {
+    uint16_t h = t == FA_F16 ? fa_f32_to_f16(x) : fa_f32_to_bf16(x);
+    memcpy(p + idx * 2, &h, 2);
+  }
 }
 
 /* n contiguous elements starting at idx, widened to fp32 into dst. */

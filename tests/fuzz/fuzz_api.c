@@ -628,7 +628,7 @@ static void fz_decode(fz_case *c, fz_in *in) {
             : 1;
     a->max_blocks_per_seq = mb < 0xf8
                                 ? (int)(need > 64 ? 64 : need) + (int)(mb % 2)
-                            : mb == 0xf8 ? (int)need - 1
+                            : mb == 0xf8 ? (int32_t)(uint32_t)(need - 1)
                             : mb == 0xf9 ? 0
                                          : -1;
     a->num_pages = small_int(in, 1, 12);

@@ -44,6 +44,10 @@ while [ "$total" -lt "$want" ]; do
   echo "run $n rc $rc executions ${got:-0} total $total $(date +%T)" |
     tee -a logs/summary.txt
   [ -n "$got" ] || { echo "run $n printed no stats: stopping" >&2; exit 1; }
+  grep -q INITED "logs/run$n.log" || {
+    echo "run $n failed on the corpus itself: stopping" >&2
+    exit 1
+  }
 done
 if [ -n "${FA_FUZZ_ASAN:-}" ]; then
   echo "ASan replay of $(ls corpus | wc -l) inputs"
