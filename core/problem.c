@@ -204,6 +204,13 @@ static int64_t view_span(const view *v) {
 static fa_status check_strides(const view *v) {
   static const char *axis[3] = {"stride_batch", "stride_seq", "stride_head"};
   if (!v->t->data) return fa_fail(INVALID, "%s.data is NULL", v->name);
+  // Kernels load whole elements: a pointer between elements (an f32 view 2
+  // bytes into a 16-bit buffer, found by the fuzzer) would be a misaligned
+  // access on every backend.
+  const size_t es = fa_dtype_size(v->t->dtype);
+  if ((uintptr_t)v->t->data % es)
+    return fa_fail(INVALID, "%s.data=%p is not aligned to its %zu-byte "
+                   "elements", v->name, v->t->data, es);
   for (int i = 0; i < 3; i++)
     if (v->s[i] < 0)
       return fa_fail(INVALID, "%s.%s=%lld must be >= 0", v->name, axis[i],
