@@ -432,7 +432,7 @@ static const sm90_instance *sm90_find(fa_dtype dtype, int dim) {
 
 /* The sm90 kernel sets its own geometry (q blocks of its tile's rows, one
    head per item, no kv split); 128 rows here only estimate the item count
-   for the choice below. */
+   for the choice below (whether the plan's kv split is worth keeping). */
 enum { SM90_BLOCK_M = 128 };
 
 static fa_status fwd_sm90(void *state, const fa_problem *p,
@@ -455,9 +455,6 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   else if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
            !chunk_aligned(&a->v) || !chunk_aligned(&a->o))
     why = "a tensor is not 16-byte aligned";
-  else if (!force && p->a.seqlen_q < 64)
-    why = "fewer than 64 queries (decode: the sm80 decode tile packs the "
-          "GQA heads and splits the keys; a 128-row tile would be padding)";
   else if (!force && plan->num_splits > 1 && items < st->sm_count)
     why = "the plan splits the keys (fewer q blocks than SMs)";
   if (why) {
@@ -468,14 +465,8 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   }
   fa_status s = use_device(st);
   if (s) return s;
-  fa_gpu_params q;
+  fa_gpu_params q; // the launcher replaces the plan fields by its geometry
   fa_gpu_fill_forward(&q, p, plan, a);
-  q.block_q = q.block_rows = SM90_BLOCK_M;
-  q.block_k = 0; // the kernel's own (sm90_tiles.def)
-  q.pack_group = 1;
-  q.num_q_blocks = (int)qblocks;
-  q.num_splits = 1;
-  q.num_work = items;
   int err = inst->launch(&q, p->rows_q, p->rows_k, st->sm_count, st->stream);
   if (err == -1) {
     if (core->log_enabled())
@@ -682,6 +673,12 @@ static int supports_sm90(const fa_problem *p, fa_dtype dtype, int dim,
   }
   if (p->paged) {
     snprintf(why, len, "paged KV (the sm80 kernel reads the block table)");
+    return 0;
+  }
+  if (p->a.seqlen_q < 64 && !env_set("FA_SM90_FORCE")) {
+    snprintf(why, len, "seqlen_q %d < 64 (decode: the sm80 decode tile packs "
+             "the GQA heads and splits the keys; a 128-row tile would be "
+             "padding)", p->a.seqlen_q);
     return 0;
   }
   return supports_sm80(p, dtype, dim, why, len);
