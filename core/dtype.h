@@ -28,7 +28,10 @@ static inline float fa_bf16_to_f32(uint16_t h) {
 
 static inline uint16_t fa_f32_to_bf16(float f) {
   uint32_t u = fa_f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  // NaN: the canonical quiet NaN with its sign, as fa_f32_to_f16 does (a
+  // kept payload could equal a test's "never written" poison pattern).
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
