@@ -16,6 +16,9 @@
 // the CUDA error's name and text.
 //
 // Kernels, best first:
+//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90 forward (sm90_fwd.cuh: wgmma,
+//       TMA, warp specialisation); d64/d128 backward on sm90_bwd.cuh
+//       (wgmma, TMA, dQ by 16-byte reductions), else as sm80;
 //   cuda.sm80.<bf16|f16>.d<64|96|128|192|256>  tensor-core forward
 //       (sm80_fwd.cuh; head_dim == head_dim_v; tile table sm80_tiles.def,
 //       with a small decode tile when the plan's q block is a few lanes);
@@ -30,7 +33,9 @@
 //   FA_CUDA_GENERIC=1        the tensor-core kernels say no (dispatch takes
 //                            cuda.generic; tests compare the two);
 //   FA_CUDA_DETERMINISTIC=1  backward without atomics (the generic one),
-//                            bitwise reproducible run to run.
+//                            bitwise reproducible run to run;
+//   FA_CUDA_NO_SM90=1        the sm90 kernels say no (sm80 everywhere);
+//   FA_SM90_BWD=0            sm90 forward, sm80 backward (to compare).
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
@@ -525,11 +530,37 @@ static const sm80_bwd_instance sm80_bwd_instances[] = {
     {FA_F32, 0, NULL}};
 
 
-/* dQ goes through fp32 atomics here, so its summation order varies run to
-   run; FA_CUDA_DETERMINISTIC=1 selects the generic backward (fixed order,
-   no atomics) instead. */
-static fa_status bwd_sm80(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_bwd_args *a) {
+/* The sm90 backward (sm90_bwd.cuh: wgmma + TMA), d64/d128. Launchers
+   return a cudaError_t, or -1 when the copy engine cannot address the
+   tensors (nothing launched). */
+#define FA_SM90_BWD_INST(t, d)                                                 \
+  int fa_sm90_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,          \
+                             int64_t rows_q, int64_t rows_k, void *stream);
+#include "sm90_bwd_instances.h"
+#undef FA_SM90_BWD_INST
+
+typedef struct sm90_bwd_instance {
+  fa_dtype dtype;
+  int dim;
+  int (*launch)(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
+                int64_t rows_k, void *stream);
+} sm90_bwd_instance;
+
+static const sm90_bwd_instance sm90_bwd_instances[] = {
+#define FA_SM90_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_bwd_##t##_d##d},
+#include "sm90_bwd_instances.h"
+#undef FA_SM90_BWD_INST
+    {FA_F32, 0, NULL}};
+
+/* The tensor-core backward: the sm90 one when `sm90` and the device, the
+   build and the tensors allow it, else the sm80 one. dQ goes through fp32
+   atomics in both, so its summation order varies run to run;
+   FA_CUDA_DETERMINISTIC=1 selects the generic backward (fixed order, no
+   atomics) instead. FA_SM90_BWD=0 keeps the sm80 backward on sm_90 (to
+   compare the two). */
+static fa_status bwd_tensor_core(void *state, const fa_problem *p,
+                                 const fa_plan_data *plan,
+                                 const fa_bwd_args *a, int sm90) {
   cuda_state *st = state;
   const sm80_bwd_instance *inst = NULL;
   for (const sm80_bwd_instance *i = sm80_bwd_instances; i->launch; i++)
@@ -573,12 +604,42 @@ static fa_status bwd_sm80(void *state, const fa_problem *p,
   float *dq_acc = (float *)((char *)ws + delta_bytes);
   CK(cudaMemsetAsync(dq_acc, 0, acc_bytes, st->stream),
      "cudaMemsetAsync (dQ accumulator)");
-  const char *name = p->dtype == FA_BF16 ? "cuda.sm80 bf16 backward"
-                                         : "cuda.sm80 f16 backward";
   if ((s = launched(fa_cuda_launch_bwd_delta(&q, st->stream),
                     "backward (D = rowsum(dO o O))")))
     return s;
+  const sm90_bwd_instance *i90 = NULL;
+  const char *off = getenv("FA_SM90_BWD");
+  if (sm90 && st->cc == 90 && !(off && strcmp(off, "0") == 0))
+    for (const sm90_bwd_instance *i = sm90_bwd_instances; i->launch; i++)
+      if (i->dtype == p->dtype && i->dim == p->a.head_dim) i90 = i;
+  if (i90) {
+    const char *name90 = p->dtype == FA_BF16 ? "cuda.sm90 bf16 backward"
+                                             : "cuda.sm90 f16 backward";
+    int err = i90->launch(&q, dq_acc, p->rows_q, p->rows_k, st->stream);
+    if (err != -1) {
+      if (core->log_enabled())
+        core->log("  %s backward: %s, %lld CTAs of 128 keys", BACKEND_NAME,
+                  name90,
+                  (long long)((q.seqlen_k + 127) / 128) * q.heads_kv * q.batch);
+      return launched(err, name90);
+    }
+    if (core->log_enabled())
+      core->log("  %s backward: the copy engine cannot address a tensor; "
+                "running the sm80 backward", BACKEND_NAME);
+  }
+  const char *name = p->dtype == FA_BF16 ? "cuda.sm80 bf16 backward"
+                                         : "cuda.sm80 f16 backward";
   return launched(inst->launch(&q, dq_acc, st->stream), name);
+}
+
+static fa_status bwd_sm80(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_bwd_args *a) {
+  return bwd_tensor_core(state, p, plan, a, 0);
+}
+
+static fa_status bwd_sm90(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_bwd_args *a) {
+  return bwd_tensor_core(state, p, plan, a, 1);
 }
 
 /* ---- fa_merge_states -------------------------------------------------------- */
@@ -713,8 +774,8 @@ SM90_SUPPORTS(f16, 256)
 // sm90 first: dispatch prefers them on an sm_90 device; the sm80 kernels
 // stay selectable by name (fa_context_create_by_name) for comparison.
 static const fa_kernel kernels[] = {
-    SM90_KERNEL(bf16, 128, bwd_sm80), SM90_KERNEL(f16, 128, bwd_sm80),
-    SM90_KERNEL(bf16, 64, bwd_sm80),  SM90_KERNEL(f16, 64, bwd_sm80),
+    SM90_KERNEL(bf16, 128, bwd_sm90), SM90_KERNEL(f16, 128, bwd_sm90),
+    SM90_KERNEL(bf16, 64, bwd_sm90),  SM90_KERNEL(f16, 64, bwd_sm90),
     SM90_KERNEL(bf16, 256, NULL),     SM90_KERNEL(f16, 256, NULL),
     SM80_KERNEL(bf16, 128, bwd_sm80), SM80_KERNEL(f16, 128, bwd_sm80),
     SM80_KERNEL(bf16, 64, bwd_sm80),  SM80_KERNEL(f16, 64, bwd_sm80),

@@ -323,15 +323,29 @@ def backward_suite(fa, args, tdtype, fdtype):
                 iters = max(2, min(20, int(2e12 / flops)))
                 t_ours = time_calls(ours, iters, reps=3, warmup=1)
                 t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
+                # The sm80 backward on the same context (FA_SM90_BWD=0 is
+                # read at every call), and its error against FA2.
+                os.environ["FA_SM90_BWD"] = "0"
+                try:
+                    t_80 = time_calls(ours, iters, reps=3, warmup=1)
+                    err80 = max(rel_err(dq, ref[0].transpose(1, 2)),
+                                rel_err(dk, ref[1].transpose(1, 2)),
+                                rel_err(dv, ref[2].transpose(1, 2)))
+                finally:
+                    del os.environ["FA_SM90_BWD"]
                 row = dict(d=d, causal=causal, s=s, b=b, h=h, ours_ms=t_ours,
-                           fa2_ms=t_fa2, ours_tflops=flops / t_ours / 1e9,
-                           fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err)
+                           fa2_ms=t_fa2, sm80_ms=t_80,
+                           ours_tflops=flops / t_ours / 1e9,
+                           sm80_tflops=flops / t_80 / 1e9,
+                           fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err,
+                           sm80_err_vs_fa2=err80)
                 rows.append(row)
-                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  FA2 %6.1f TFLOPS  "
-                      "ours/FA2 %.2f  err %.1e" % (
+                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  sm80 %6.1f  "
+                      "FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e (sm80 %.1e)" % (
                           d, "causal" if causal else "full", s,
-                          row["ours_tflops"], row["fa2_tflops"],
-                          row["ours_tflops"] / row["fa2_tflops"], err),
+                          row["ours_tflops"], row["sm80_tflops"],
+                          row["fa2_tflops"],
+                          row["ours_tflops"] / row["fa2_tflops"], err, err80),
                       flush=True)
                 del q, k, v, do, o, dq, dk, dv, lse, qt, kt, vt, out, ref
     return rows

@@ -5,8 +5,9 @@
   ncu --clock-control none -k regex:fwd_kernel python3 bench/gpu/profile_one.py \
       --lib build-cuda/libflashattn.so [shape ...]
 
-Shapes (default: all): d64, d128, d128c (causal), decode (b8, 32/8 heads,
-d128, kv 32k). Uses bench_sdpa.py's ctypes binding.
+Shapes (default: all forward ones): d64, d128, d128c (causal), decode (b8,
+32/8 heads, d128, kv 32k); bwd64, bwd128 run one fa_backward (16k tokens,
+s 4k) after their forward. Uses bench_sdpa.py's ctypes binding.
 """
 import argparse
 import ctypes
@@ -25,17 +26,22 @@ SHAPES = {
     "d128c": (1, 16384, 16384, 16, 16, 128, True),
     "decode": (8, 1, 32768, 32, 8, 128, False),
 }
+BACKWARD = {
+    "bwd64": (4, 4096, 4096, 32, 32, 64, False),
+    "bwd128": (4, 4096, 4096, 16, 16, 128, False),
+}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build-cuda/libflashattn.so")
-    ap.add_argument("shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument("shapes", nargs="*", default=list(SHAPES),
+                    choices=list(SHAPES) + list(BACKWARD))
     args = ap.parse_args()
     fa = B.Flashattn(os.path.abspath(args.lib), "cuda-sm80")
     fa.set_stream(torch.cuda.current_stream().cuda_stream)
     for name in args.shapes:
-        b, sq, sk, hq, hkv, d, causal = SHAPES[name]
+        b, sq, sk, hq, hkv, d, causal = {**SHAPES, **BACKWARD}[name]
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
@@ -52,6 +58,13 @@ def main():
                                     B.bshd(k, B.FA_BF16), B.bshd(v, B.FA_BF16),
                                     B.bshd(o, B.FA_BF16), lse.data_ptr())
         fa.check(st, "fa_plan_forward")
+        if name in BACKWARD:
+            do = torch.randn_like(q)
+            grads = [torch.empty_like(x) for x in (q, k, v)]
+            T = [B.bshd(x, B.FA_BF16) for x in [q, k, v, o, do] + grads]
+            st = fa.lib.fa_backward(fa.ctx, ctypes.byref(a), *T[:5],
+                                    lse.data_ptr(), *T[5:])
+            fa.check(st, "fa_backward")
         torch.cuda.synchronize()
         fa.lib.fa_plan_destroy(plan)
 

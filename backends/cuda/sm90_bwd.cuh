@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+// The sm90 backward (Hopper, sm_90a only): FlashAttention-2's algorithm
+// (sm80_bwd.cuh) on wgmma and TMA. One CTA per (batch, kv head, block of
+// 128 keys), two warpgroups of 64 keys each; K and V stay in shared memory,
+// dK and dV accumulate in registers over the q heads of the group and the
+// 64-row q blocks that see the keys. Per q block (a "step"):
+//   S^T  = K Q^T, dP^T = V dO^T          wgmma, both operands from smem
+//   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked: 0)
+//   dS^T = P^T (dP^T - D) * scale        (D = rowsum(dO o O), a pre-pass)
+//   dV  += P^T dO, dK += dS^T Q          wgmma, P^T / dS^T from registers
+//   dQ  += dS K                          dS^T stored transposed to smem by
+//                                        stmatrix; fp32 vector reductions
+//                                        into an accumulator, 16 B each
+// Why this and not the sm80 kernel on sm90: that one keeps dK, dV, S and dP
+// of 16 keys per warp in 255 registers with 8 warps per SM, feeds every
+// mma.sync through ldmatrix, and adds dQ one float per atomic: ncu (d128,
+// s 4k) shows 12% occupancy, 0.26 eligible warps per scheduler, 805M L2
+// reduction requests, 126 TFLOPS. Here the tensor cores read Q, dO, K, dS
+// straight from shared memory, a warpgroup owns 64 keys (4x the reuse of
+// each Q/dO byte), and a reduction carries 4 floats.
+//
+// Pipeline (no producer warpgroup: one thread issues the copies, which are
+// asynchronous): Q and dO of step t land by TMA in ring slot t % 3 on the
+// mbarrier q_full[t % 3]; LSE and D of step t by cp.async in the same slot.
+// Step t's copies are issued in step t - 2, after the CTA barrier that
+// follows the dS stores, when every thread is done with step t - 3 (the
+// slot's previous user), so a copy has a whole step to land. dS is double
+// buffered: one warpgroup may store step t + 1's dS while the other still
+// reads step t's for dQ; step t + 2 reuses t's buffer after barrier t + 1,
+// which both pass only once done with step t.
+//
+// Shared-memory tiles use the sm90 forward's layout (sm90_fwd.cuh): 128-byte
+// column blocks, 128-byte hardware swizzle; K, Q, dO, dS as K-major
+// operands, dO, Q (for dV, dK) and K (for dQ) as MN-major B operands.
+//
+// Semantics as sm80_bwd.cuh: keys past a sequence's end (and q rows past
+// it, in varlen the next sequence's) are zeroed in shared memory, so that
+// P = 0 never meets another sequence's NaN; dK/dV rows past seqused_k are
+// stored as zeros. Not here (the dispatcher sends these elsewhere): paged
+// KV, softcap, ALiBi, scale <= 0, dims other than 64 and 128.
+#ifndef FA_CUDA_SM90_BWD_CUH
+#define FA_CUDA_SM90_BWD_CUH
+
+#include "sm80_bwd.cuh" // bwd_dq_store: the accumulator -> dq conversion
+#include "sm90_fwd.cuh" // PTX wrappers, tensor maps
+
+namespace fa_sm90 {
+
+constexpr int kBwdKeys = 128; // two warpgroups x 64 keys
+constexpr int kBwdRows = 64;  // q rows per step: the N of S^T and dP^T
+constexpr int kBwdSlots = 3;  // Q/dO/LSE/D ring (see the header)
+
+/* K, V; the Q/dO ring; dS twice; LSE/D ring; 1 KB alignment; barriers.
+   d128: 64 + 96 + 32 + 1.5 KB = 194 KB (one CTA per SM, as registers
+   allow: 256 threads x up to 255). */
+template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
+  return 2 * kBwdKeys * D * 2 + kBwdSlots * 2 * kBwdRows * D * 2 +
+         2 * kBwdRows * kBwdKeys * 2 + kBwdSlots * 2 * kBwdRows * 4 + 1024 +
+         64;
+}
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst),
+               "l"(src)
+               : "memory");
+}
+
+/* Four 8x8 16-bit matrices from the mma accumulator layout, each stored
+   transposed: lane 8i + c gives the address of row c of matrix i's
+   transpose (i.e. its column c). */
+__device__ __forceinline__ void stsm_x4_t(uint32_t addr,
+                                          const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, "
+               "%2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+__device__ __forceinline__ void red_add_v4(float *dst, float a, float b,
+                                           float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst),
+               "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
+/* Zero rows [from, rows) of a tile of `rows` rows x D columns (all its
+   128-byte blocks), for the tensor cores to read: the stores are made
+   visible to the async proxy, then every thread of the CTA meets. */
+template <int D>
+__device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
+                                          int tid) {
+  constexpr int NCB = D / 64;
+  const int chunks = (rows - from) * NCB * 8;
+  for (int c = tid; c < chunks; c += 256) {
+    const int r = from + c / (NCB * 8), cb = (c / 8) % NCB, k = c % 8;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                     tile + cb * rows * 128 + r * 128 + k * 16),
+                 "r"(0)
+                 : "memory");
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1)
+    bwd_kernel(const __grid_constant__ fa_gpu_params p, float *dq_acc,
+               const __grid_constant__ CUtensorMap tq,
+               const __grid_constant__ CUtensorMap tk,
+               const __grid_constant__ CUtensorMap tv,
+               const __grid_constant__ CUtensorMap tdo) {
+  constexpr int BN = kBwdKeys, BQ = kBwdRows, NS = kBwdSlots, NCB = D / 64;
+  constexpr uint32_t KVB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
+  // dQ = dS K: at d128 each warpgroup takes 64 of the columns (one 128-byte
+  // block of K) over all 128 keys; at d64 each takes its own 64 keys over
+  // all columns, and both add into the accumulator.
+  constexpr bool DQ_COLS = D >= 128;
+  static_assert(D == 64 || D == 128, "head dims of the sm90 backward");
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const uint32_t sK = base, sV = sK + KVB, sQ = sV + KVB; // + slot * QB
+  const uint32_t sdO = sQ + NS * QB, sdS = sdO + NS * QB; // + (t & 1) * SB
+  const uint32_t sLD = sdS + 2 * SB; // float LSE[NS][BQ], then D[NS][BQ]
+  const uint32_t kv_full = sLD + NS * 2 * BQ * 4, q_full = kv_full + 8;
+  float *sL = reinterpret_cast<float *>(smem_raw + (sLD - raw));
+  float *sDl = sL + NS * BQ;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  // Longest work first: key blocks are the slowest-varying index, and with
+  // a causal mask the first blocks are seen by the most queries.
+  const int nbh = p.heads_kv * p.batch;
+  const int jb = (int)(blockIdx.x / nbh), bh = (int)(blockIdx.x % nbh);
+  const int hk = bh % p.heads_kv, b = bh / p.heads_kv;
+  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  const int storage = fa_gpu_storage_k(&p, b), col0 = jb * BN;
+  if (col0 >= storage) return;
+
+  // Queries that see some key of the block (see sm80_bwd.cuh).
+  int i_begin = 0, i_end = 0;
+  if (col0 < sk) {
+    int a0, a1, b0, b1;
+    fa_gpu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
+    fa_gpu_queries_of_key(&p, min(col0 + BN, sk) - 1, sq, sk, &b0, &b1);
+    i_begin = a0;
+    i_end = b1;
+  }
+  const int r_first = i_begin / BQ * BQ;
+  const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
+  const int steps = nrb * p.group;
+  // This thread's keys (rows g and g + 8 of its warp's 16) and the
+  // queries each sees: the per-element mask.
+  const int kr = wg * 64 + warp * 16 + g;
+  int qlo[2], qhi[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int j = col0 + kr + 8 * hr;
+    qlo[hr] = qhi[hr] = 0;
+    if (j < sk) fa_gpu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
+  }
+
+  const int qbat = p.varlen_q ? 0 : b, kbat = p.varlen_k ? 0 : b;
+  const int qrow0 = p.varlen_q ? p.cu_seqlens_q[b] : 0;
+  const int krow0 = p.varlen_k ? p.cu_seqlens_k[b] : 0;
+  auto head_of = [&](int t) { return hk * p.group + t / nrb; };
+  auto row_of = [&](int t) { return r_first + t % nrb * BQ; };
+  // Step t's Q and dO (thread 0) ...
+  auto issue_q = [&](int t) {
+    const int s = t % NS, h = head_of(t), r0 = row_of(t);
+    const uint32_t bar = q_full + 8 * s;
+    bar_expect_tx(bar, 2 * QB);
+#pragma unroll
+    for (int cb = 0; cb < NCB; cb++) {
+      tma_load(sQ + s * QB + cb * BQ * 128, &tq, bar, cb * 64, qrow0 + r0, h,
+               qbat);
+      tma_load(sdO + s * QB + cb * BQ * 128, &tdo, bar, cb * 64, qrow0 + r0,
+               h, qbat);
+    }
+  };
+  // ... and its LSE and D (threads 0..127; rows past the sequence: 0).
+  auto issue_ld = [&](int t) {
+    if (tid < 2 * BQ) {
+      const int s = t % NS, h = head_of(t), r = tid % BQ, i = row_of(t) + r;
+      float *dst = (tid < BQ ? sL : sDl) + s * BQ + r;
+      if (i < sq) {
+        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+        cp_async4(smem_u32(dst), tid < BQ ? p.lse_in + ri : p.delta + ri);
+      } else {
+        *dst = 0.0f;
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+
+  if (tid == 0) {
+    bar_init(kv_full, 1);
+    for (int s = 0; s < NS; s++) bar_init(q_full + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0) {
+    bar_expect_tx(kv_full, 2 * KVB);
+#pragma unroll
+    for (int cb = 0; cb < NCB; cb++) {
+      tma_load(sK + cb * BN * 128, &tk, kv_full, cb * 64, krow0 + col0, hk,
+               kbat);
+      tma_load(sV + cb * BN * 128, &tv, kv_full, cb * 64, krow0 + col0, hk,
+               kbat);
+    }
+    for (int t = 0; t < NS - 1 && t < steps; t++) issue_q(t);
+  }
+  for (int t = 0; t < NS - 1 && t < steps; t++) issue_ld(t);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  bar_wait(kv_full, 0);
+  // Keys past the end: zeros (in varlen or seqused_k they are another
+  // sequence's rows or unused cache slots).
+  if (col0 + BN > sk) {
+    zero_rows<D>(sK, BN, max(sk - col0, 0), tid);
+    zero_rows<D>(sV, BN, max(sk - col0, 0), tid);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads(); // LSE/D of the first steps, the zeroed rows
+
+  float dv[D / 2], dk[D / 2];
+#pragma unroll
+  for (int e = 0; e < D / 2; e++) dv[e] = dk[e] = 0.0f;
+  const float sl2 = p.scale * kLog2e;
+
+  for (int t = 0; t < steps; t++) {
+    const int s = t % NS, h = head_of(t), r0 = row_of(t);
+    const uint32_t qs = sQ + s * QB, dos = sdO + s * QB, dss = sdS + (t & 1) * SB;
+    bar_wait(q_full + 8 * s, (t / NS) & 1);
+    if (r0 + BQ > sq) { // q rows past the end: zeros (uniform branch)
+      zero_rows<D>(qs, BQ, sq - r0, tid);
+      zero_rows<D>(dos, BQ, sq - r0, tid);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    }
+
+    // ---- S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys) ----
+    float sc[BQ / 2], dp[BQ / 2];
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      const int cb = ks / 4, kk = ks % 4;
+      wgmma<T, BQ>::ss(
+          sc, desc_sw128(sK + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
+          desc_sw128(qs + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
+    }
+    wg_commit();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      const int cb = ks / 4, kk = ks % 4;
+      wgmma<T, BQ>::ss(
+          dp, desc_sw128(sV + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
+          desc_sw128(dos + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
+    }
+    wg_commit();
+    wg_wait<1>();
+    pin(sc);
+
+    // ---- P^T (while dP^T runs), then dS^T ----
+    // Accumulator c = 4 j + 2 hr + e: key row kr + 8 hr, query 8 j + 2 t4 + e.
+    const float *lse_s = sL + s * BQ, *d_s = sDl + s * BQ;
+#pragma unroll
+    for (int j = 0; j < BQ / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int qc = 8 * j + 2 * t4 + e, i = r0 + qc;
+        const float l = lse_s[qc];
+        // A row that sees no key has lse -inf; its P is 0 by the mask.
+        const float l2 = l == -INFINITY ? 0.0f : l * kLog2e;
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const bool vis = i >= qlo[hr] && i < qhi[hr];
+          float &v = sc[4 * j + 2 * hr + e];
+          v = vis ? ex2(fmaf(v, sl2, -l2)) : 0.0f;
+        }
+      }
+    wg_wait<0>();
+    pin(dp);
+#pragma unroll
+    for (int j = 0; j < BQ / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float dl = d_s[8 * j + 2 * t4 + e];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const int c = 4 * j + 2 * hr + e;
+          dp[c] = sc[c] * (dp[c] - dl) * p.scale;
+        }
+      }
+    // 16-bit A fragments (k16 step kk = queries 16 kk ..): see sm90_fwd's
+    // pack_p. The dS^T ones are also what stmatrix stores.
+    uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        pa[kk][e] = pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+        da[kk][e] = pack2<T>(dp[8 * kk + 2 * e], dp[8 * kk + 2 * e + 1]);
+      }
+
+    // ---- dS (q-major: dQ's K-major A operand) by transposing stores ----
+    // Matrix i of stmatrix kk holds keys kr - g + 8 (i & 1) .. +7 and
+    // queries 16 kk + 8 (i >> 1) .. +7; lane 8 i + c addresses query row
+    // 16 kk + 8 (i >> 1) + c, the 16-byte chunk of those 8 keys.
+    {
+      const int i = lane / 8, c = lane % 8;
+      const int chunk = 2 * warp + (i & 1); // within the warpgroup's block
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; kk++) {
+        const int q = 16 * kk + 8 * (i >> 1) + c;
+        stsm_x4_t(dss + wg * BQ * 128 + q * 128 + ((chunk ^ (q & 7)) << 4),
+                  da[kk]);
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+
+    // ---- dV += P^T dO, dK += dS^T Q ----
+    pin(dv);
+    pin(dk);
+    pin(pa);
+    pin(da);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+      wgmma<T, D>::rs(dv, pa[kk],
+                      desc_sw128(dos + kk * 16 * 128, BQ * 128, 1024), 1);
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; kk++)
+      wgmma<T, D>::rs(dk, da[kk],
+                      desc_sw128(qs + kk * 16 * 128, BQ * 128, 1024), 1);
+    wg_commit();
+
+    // Both warpgroups' dS are stored; everyone is done with step t - 1, so
+    // its ring slot takes step t + NS - 1's copies.
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    if (t + NS - 1 < steps) {
+      if (tid == 0) issue_q(t + NS - 1);
+      issue_ld(t + NS - 1);
+    }
+
+    // ---- dQ = dS K: this warpgroup's part ----
+    float dq[32];
+    wg_fence();
+    if (DQ_COLS) {
+#pragma unroll
+      for (int ks = 0; ks < BN / 16; ks++)
+        wgmma<T, 64>::ss_bt(
+            dq, desc_sw128(dss + (ks / 4) * BQ * 128 + (ks % 4) * 32, 16, 1024),
+            desc_sw128(sK + wg * BN * 128 + ks * 16 * 128, BN * 128, 1024),
+            ks > 0);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++)
+        wgmma<T, 64>::ss_bt(
+            dq, desc_sw128(dss + wg * BQ * 128 + ks * 32, 16, 1024),
+            desc_sw128(sK + (wg * 4 + ks) * 16 * 128, BN * 128, 1024), ks > 0);
+    }
+    wg_commit();
+    wg_wait<0>();
+    pin(dq);
+    pin(dv);
+    pin(dk);
+
+    // 16 bytes per reduction: lanes t4 and t4 ^ 1 swap halves, so that an
+    // even t4 holds 4 consecutive columns of row g, an odd one of row g + 8.
+    {
+      const bool even = (t4 & 1) == 0;
+      const int row = warp * 16 + g + (even ? 0 : 8), i = r0 + row;
+      float *dst = dq_acc +
+                   (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D +
+                   (DQ_COLS ? wg * 64 : 0) + 2 * (t4 & ~1);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        const float x = even ? dq[4 * j + 2] : dq[4 * j];
+        const float y = even ? dq[4 * j + 3] : dq[4 * j + 1];
+        const float rx = __shfl_xor_sync(~0u, x, 1);
+        const float ry = __shfl_xor_sync(~0u, y, 1);
+        if (i < sq) {
+          if (even)
+            red_add_v4(dst + 8 * j, dq[4 * j], dq[4 * j + 1], rx, ry);
+          else
+            red_add_v4(dst + 8 * j, rx, ry, dq[4 * j + 2], dq[4 * j + 3]);
+        }
+      }
+    }
+  }
+
+  // ---- dK, dV of this thread's keys; rows past seqused_k get zeros ----
+  T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int j = col0 + kr + 8 * hr;
+    if (j >= storage) continue;
+    const bool real = j < sk;
+    T *rk = gdk + fa_gpu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
+    T *rv = gdv + fa_gpu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      *reinterpret_cast<uint32_t *>(rk + 8 * n) =
+          real ? pack2<T>(dk[4 * n + 2 * hr], dk[4 * n + 2 * hr + 1]) : 0u;
+      *reinterpret_cast<uint32_t *>(rv + 8 * n) =
+          real ? pack2<T>(dv[4 * n + 2 * hr], dv[4 * n + 2 * hr + 1]) : 0u;
+    }
+  }
+}
+
+/* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
+   be described to the copy engine; the caller then runs the sm80 backward.
+   dq_acc: zeroed fp32 accumulator of rows_q(p) x D; p->delta: D filled. */
+template <typename T, int D>
+int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
+               int64_t rows_k, void *stream) {
+  CUtensorMap tq, tk, tv, tdo;
+  const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
+  const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
+  const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
+  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, kBwdRows) ||
+      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq, kBwdRows) ||
+      !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys) ||
+      !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys))
+    return -1;
+  constexpr int smem = bwd_smem_bytes<D>();
+  static_assert(smem <= 232448, "sm90 backward over the 227 KB opt-in limit");
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaError_t e = cudaFuncSetAttribute(
+      bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return (int)e;
+  const int64_t ctas = (int64_t)((p->seqlen_k + kBwdKeys - 1) / kBwdKeys) *
+                       p->heads_kv * p->batch;
+  if (ctas > 0)
+    bwd_kernel<T, D><<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv,
+                                                       tdo);
+  if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
+  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
+  if (n > 0)
+    fa_sm80::bwd_dq_store<T, D>
+        <<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
+  return (int)cudaGetLastError();
+}
+
+} // namespace fa_sm90
+
+/* extern "C" launcher fa_sm90_bwd_<dtype>_d<dim>. */
+#define FA_SM90_BWD_INSTANCE(T, tname, D)                                      \
+  extern "C" int fa_sm90_bwd_##tname##_d##D(const fa_gpu_params *p,          \
+                                            float *dq_acc, int64_t rows_q,    \
+                                            int64_t rows_k, void *stream) {   \
+    return fa_sm90::launch_bwd<T, D>(p, dq_acc, rows_q, rows_k, stream);       \
+  }
+
+#endif
