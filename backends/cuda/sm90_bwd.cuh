@@ -3,7 +3,8 @@
 // (sm80_bwd.cuh) on wgmma and TMA. One CTA per (batch, kv head, block of
 // 128 keys), two warpgroups of 64 keys each; K and V stay in shared memory,
 // dK and dV accumulate in registers over the q heads of the group and the
-// 64-row q blocks that see the keys. Per q block (a "step"):
+// q blocks that see the keys (64 rows at d128, 128 at d64). Per q block
+// (a "step"):
 //   S^T  = K Q^T, dP^T = V dO^T          wgmma, both operands from smem
 //   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked: 0)
 //   dS^T = P^T (dP^T - D) * scale        (D = rowsum(dO o O), a pre-pass)
@@ -47,16 +48,23 @@
 namespace fa_sm90 {
 
 constexpr int kBwdKeys = 128; // two warpgroups x 64 keys
-constexpr int kBwdRows = 64;  // q rows per step: the N of S^T and dP^T
 constexpr int kBwdSlots = 3;  // Q/dO/LSE/D ring (see the header)
+/* q rows per step (the N of S^T and dP^T): 64 at d128, where dK and dV
+   take 128 registers and S^T, dP^T 64 more; 128 at d64 (dK, dV 64, S^T and
+   dP^T 128), which halves the per-step costs (barrier, LSE/D, dQ
+   reductions) per FLOP and lets dQ split by rows (v1, 64 rows at d64:
+   0.80-0.95x FlashAttention-2 against 1.3x at d128). */
+template <int D> __host__ __device__ constexpr int bwd_rows() {
+  return D == 64 ? 128 : 64;
+}
 
 /* K, V; the Q/dO ring; dS twice; LSE/D ring; 1 KB alignment; barriers.
-   d128: 64 + 96 + 32 + 1.5 KB = 194 KB (one CTA per SM, as registers
-   allow: 256 threads x up to 255). */
+   d128: 64 + 96 + 32 + 1.5 KB = 194 KB; d64: 32 + 96 + 64 + 3 KB = 196 KB
+   (one CTA per SM, as registers allow: 256 threads x up to 255). */
 template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
-  return 2 * kBwdKeys * D * 2 + kBwdSlots * 2 * kBwdRows * D * 2 +
-         2 * kBwdRows * kBwdKeys * 2 + kBwdSlots * 2 * kBwdRows * 4 + 1024 +
-         64;
+  return 2 * kBwdKeys * D * 2 + kBwdSlots * 2 * bwd_rows<D>() * D * 2 +
+         2 * bwd_rows<D>() * kBwdKeys * 2 + kBwdSlots * 2 * bwd_rows<D>() * 4 +
+         1024 + 64;
 }
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
@@ -107,13 +115,15 @@ __global__ void __launch_bounds__(256, 1)
                const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap tv,
                const __grid_constant__ CUtensorMap tdo) {
-  constexpr int BN = kBwdKeys, BQ = kBwdRows, NS = kBwdSlots, NCB = D / 64;
+  constexpr int BN = kBwdKeys, BQ = bwd_rows<D>(), NS = kBwdSlots;
+  constexpr int NCB = D / 64;
   constexpr uint32_t KVB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
-  // dQ = dS K: at d128 each warpgroup takes 64 of the columns (one 128-byte
-  // block of K) over all 128 keys; at d64 each takes its own 64 keys over
-  // all columns, and both add into the accumulator.
-  constexpr bool DQ_COLS = D >= 128;
-  static_assert(D == 64 || D == 128, "head dims of the sm90 backward");
+  // dQ = dS K over all 128 keys, a 64 x 64 tile per warpgroup: at d128
+  // (64 rows) each takes 64 of the columns (one 128-byte block of K), at
+  // d64 (128 rows) each takes 64 of the rows.
+  constexpr bool DQ_COLS = BQ == 64;
+  static_assert((D == 64 && BQ == 128) || (D == 128 && BQ == 64),
+                "head dims of the sm90 backward");
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -345,19 +355,16 @@ __global__ void __launch_bounds__(256, 1)
     // ---- dQ = dS K: this warpgroup's part ----
     float dq[32];
     wg_fence();
-    if (DQ_COLS) {
+    {
+      const uint32_t rows = DQ_COLS ? 0 : wg * 64 * 128;
+      const uint32_t cols = DQ_COLS ? wg * BN * 128 : 0;
 #pragma unroll
       for (int ks = 0; ks < BN / 16; ks++)
         wgmma<T, 64>::ss_bt(
-            dq, desc_sw128(dss + (ks / 4) * BQ * 128 + (ks % 4) * 32, 16, 1024),
-            desc_sw128(sK + wg * BN * 128 + ks * 16 * 128, BN * 128, 1024),
-            ks > 0);
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < 4; ks++)
-        wgmma<T, 64>::ss_bt(
-            dq, desc_sw128(dss + wg * BQ * 128 + ks * 32, 16, 1024),
-            desc_sw128(sK + (wg * 4 + ks) * 16 * 128, BN * 128, 1024), ks > 0);
+            dq,
+            desc_sw128(dss + (ks / 4) * BQ * 128 + rows + (ks % 4) * 32, 16,
+                       1024),
+            desc_sw128(sK + cols + ks * 16 * 128, BN * 128, 1024), ks > 0);
     }
     wg_commit();
     wg_wait<0>();
@@ -369,7 +376,8 @@ __global__ void __launch_bounds__(256, 1)
     // even t4 holds 4 consecutive columns of row g, an odd one of row g + 8.
     {
       const bool even = (t4 & 1) == 0;
-      const int row = warp * 16 + g + (even ? 0 : 8), i = r0 + row;
+      const int row = (DQ_COLS ? 0 : wg * 64) + warp * 16 + g + (even ? 0 : 8);
+      const int i = r0 + row;
       float *dst = dq_acc +
                    (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D +
                    (DQ_COLS ? wg * 64 : 0) + 2 * (t4 & ~1);
@@ -418,8 +426,9 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
   const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
   const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
   const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
-  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, kBwdRows) ||
-      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq, kBwdRows) ||
+  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, bwd_rows<D>()) ||
+      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq,
+                bwd_rows<D>()) ||
       !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys) ||
       !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys))
     return -1;
