@@ -191,6 +191,19 @@ static int inst_make(inst *s, const prob *pr) {
   fill(&s->x[K], pr->dt);
   fill(&s->x[V], pr->dt);
   fill(&s->x[DO_], pr->dt);
+  // Cases named "... nan in unused slots" (varlen): NaN in every K/V cache
+  // slot past seqused_k, rows no query may see; a kernel that reads them
+  // into a tile must not let them leak.
+  if (strstr(pr->name, "nan in unused slots") && pr->layout == 1) {
+    const int32_t *ck = s->x[CUK].h, *u = s->x[USED].h;
+    for (int b = 0; b < B; b++)
+      for (int64_t r = ck[b] + u[b]; r < ck[b] + s->lk[b]; r++) {
+        for (int64_t e = 0; e < (int64_t)pr->hkv * pr->d; e++)
+          ts_store(s->x[K].h, pr->dt, r * pr->hkv * pr->d + e, NAN);
+        for (int64_t e = 0; e < (int64_t)pr->hkv * pr->dv; e++)
+          ts_store(s->x[V].h, pr->dt, r * pr->hkv * pr->dv + e, NAN);
+      }
+  }
   if (buf_make(&s->x[LSE], sizeof(float) * B * pr->hq * pr->sq)) return -1;
   for (int i = 0; i < NB; i++)
     if (s->x[i].h && upload(s, i)) return -1;
@@ -581,6 +594,11 @@ int main(int argc, char **argv) {
        -1, 0, 0, 0, 0, 0},
       {"sm90 d64 varlen odd", FA_BF16, 5, 333, 251, 36, 36, 64, 64, BR, -1, -1,
        0, 0, 0, 1, 0},
+      // The sm90 backward zeroes key rows past seqused_k in its tiles.
+      {"sm90 d128 varlen nan in unused slots", FA_BF16, 4, 200, 300, 70, 10,
+       128, 128, BR, -1, -1, 0, 0, 0, 1, 0},
+      {"sm90 d64 varlen nan in unused slots", FA_F16, 3, 260, 390, 48, 48, 64,
+       64, 0, -1, -1, 0, 0, 0, 1, 0},
   };
   int nq = (int)(sizeof quick_cases / sizeof quick_cases[0]);
   for (int i = 0; i < nq; i++) run_case(&quick_cases[i], 1);
