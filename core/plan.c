@@ -83,14 +83,18 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   out->num_k_blocks = ceil_div(a->seqlen_k, bk);
 
   // Split-KV only when the (batch, head, q block) items cannot keep every
-  // worker busy: aim for two items per worker, each split keeping at least
-  // two kv blocks so the merge stays cheap next to the work it saves.
+  // worker busy: aim for at most two items per worker, each split keeping
+  // at least two kv blocks so the merge stays cheap next to the work it
+  // saves. Rounded down, not up: equal split-KV items run in waves of
+  // num_workers, and a last wave that is mostly empty takes as long as a
+  // full one (base 64 on 264 workers: 9 splits = 576 items, a third wave
+  // 18% full; 8 splits = 512 items, two waves, the second 94% full).
   int64_t base =
       mul_sat(mul_sat(a->batch, a->heads_q / pack), out->num_q_blocks);
   int splits = 1;
   int max_splits = caps->max_splits > 1 ? caps->max_splits : 1;
   if (base < caps->num_workers && max_splits > 1) {
-    int64_t want = (2 * (int64_t)caps->num_workers + base - 1) / base;
+    int64_t want = 2 * (int64_t)caps->num_workers / base;
     int64_t most = out->num_k_blocks / 2;
     if (want > most) want = most;
     if (want > max_splits) want = max_splits;

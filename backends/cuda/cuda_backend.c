@@ -167,10 +167,11 @@ static void ctx_destroy(void *state) {
 static void capabilities(void *state, fa_caps *caps) {
   const cuda_state *st = state;
   caps->fast_mem_bytes = fa_cuda_plan_mem_bytes;
-  // Work items that keep the GPU busy: 2 resident CTAs per SM (the main
-  // tiles), and the planner's "two items per worker" then asks for 4 per
-  // SM before it splits the keys, so split-KV (decode) runs several waves
-  // of CTAs and the last, partial wave costs little.
+  // Work items that keep the GPU busy: 2 resident CTAs per SM on sm90 (the
+  // d128 main and decode tiles, sm80_tiles.def). The planner splits the
+  // keys only below that many items, into at most two items per worker,
+  // rounded down so that split-KV (decode) runs about two whole waves of
+  // CTAs instead of a partial last one.
   caps->num_workers = 2 * (st ? st->sm_count : probed_sms);
   caps->tile_align = fa_cuda_plan_align;
   caps->max_block_q = fa_cuda_plan_max_bq;

@@ -34,6 +34,7 @@ typedef struct fa_cuda_tile {
   int warps;        // warps per CTA
   int m_tiles;      // 16-row mma tiles per warp
   int q_in_regs;    // Q fragments kept in registers for the whole CTA
+  int stages;       // K/V blocks of the cp.async pipeline
   int smem_bytes;   // dynamic shared memory of one CTA
   const char *name_bf16, *name_f16; // kernel names for logs and benches
 } fa_cuda_tile;

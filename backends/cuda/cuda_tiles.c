@@ -18,8 +18,9 @@ const int fa_cuda_plan_align = 16;            // mma m16n8k16 granularity
 const int fa_cuda_plan_max_bq = 128;
 const int fa_cuda_plan_max_bk = 64;
 
-#define FA_TILE(d, bq, bk, w, mt, qr, pitch)                                   \
-  {d,  bq, bk, w, mt, qr, ((bq) + 4 * (bk)) * (pitch) * 2,                     \
+// smem: Q, then `st` stages of K and `st` of V (sm80_fwd.cuh's layout).
+#define FA_TILE(d, bq, bk, w, mt, qr, pitch, st)                               \
+  {d,  bq, bk, w, mt, qr, st, ((bq) + 2 * (st) * (bk)) * (pitch) * 2,          \
    "cuda.sm80.bf16.d" #d, "cuda.sm80.f16.d" #d},
 
 #define FA_DECODE_TILE(...)
@@ -32,8 +33,8 @@ const int fa_cuda_num_tiles =
 #undef FA_DECODE_TILE
 
 #define FA_TILE(...)
-#define FA_DECODE_TILE(d, bq, bk, w, mt, qr, pitch)                            \
-  {d,  bq, bk, w, mt, qr, ((bq) + 4 * (bk)) * (pitch) * 2,                     \
+#define FA_DECODE_TILE(d, bq, bk, w, mt, qr, pitch, st)                        \
+  {d,  bq, bk, w, mt, qr, st, ((bq) + 2 * (st) * (bk)) * (pitch) * 2,          \
    "cuda.sm80.bf16.d" #d ".decode", "cuda.sm80.f16.d" #d ".decode"},
 const fa_cuda_tile fa_cuda_decode_tiles[] = {
 #include "sm80_tiles.def"

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The sm80 forward mainloop (FlashAttention-2 class): mma.sync m16n8k16
 // (fp16/bf16 in, fp32 accumulate), ldmatrix from XOR-swizzled shared
-// memory, a two-stage cp.async pipeline over K/V blocks, and the online
-// softmax in base 2 with scale * log2(e) folded into one FFMA. Runs on sm80
-// and later (sm90 too: the Hopper path with wgmma would be a separate file).
+// memory, a cp.async pipeline of the tile's `stages` K/V blocks, and the
+// online softmax in base 2 with scale * log2(e) folded into one FFMA. Runs
+// on sm80 and later (sm90 too: the Hopper path with wgmma would be a
+// separate file).
 //
 // One CTA per plan work item (batch, head, q block, kv split); warp w owns
 // rows [w * 16 * MT, (w + 1) * 16 * MT) of the q block. Every feature of
@@ -36,10 +37,10 @@ namespace fa_sm80 {
 
 /* Variant 0: the main tile of a head dim; 1: its decode tile (B_r 16). */
 template <int D, int V> struct tile;
-#define FA_TILE_ROW(v, d, bq, bk, w, mt, qr, pitch)                            \
+#define FA_TILE_ROW(v, d, bq, bk, w, mt, qr, pitch, stages)                    \
   template <> struct tile<d, v> {                                              \
     static constexpr int BQ = bq, BK = bk, NW = w, MT = mt, QREG = qr,         \
-                         PITCH = pitch;                                        \
+                         PITCH = pitch, NST = stages;                          \
   };
 #define FA_TILE(...) FA_TILE_ROW(0, __VA_ARGS__)
 #define FA_DECODE_TILE(...) FA_TILE_ROW(1, __VA_ARGS__)
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     fwd_kernel(const __grid_constant__ fa_gpu_params p) {
   typedef tile<D, V> TL;
   constexpr int BQ = TL::BQ, BK = TL::BK, NW = TL::NW;
-  constexpr int MT = TL::MT, PITCH = TL::PITCH;
+  constexpr int MT = TL::MT, PITCH = TL::PITCH, NST = TL::NST;
   constexpr bool QREG = TL::QREG != 0;
   constexpr int NT = NW * 32, CH = D / 8; // threads, 16-byte chunks per row
   constexpr int NS = BK / 8, ND = D / 8;  // n-tiles of S and of O
@@ -208,13 +209,18 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   constexpr bool F = MT * (D / 2 + BK / 2) + (QREG ? MT * D / 4 : 0) > 160;
   static_assert((BQ * CH) % NT == 0 && (BK * CH) % NT == 0, "tile copy");
   static_assert(D % 16 == 0 && BK % 16 == 0, "mma granularity");
+  static_assert(NST >= 2, "a stage to compute on and one loading");
   typedef layout<D, PITCH> L;
 
-  // [Q: BQ][K: 2 stages][V: 2 stages] rows of PITCH elements. 1024-byte
-  // alignment keeps the swizzle bits of every address in the lane part.
+  // [Q: BQ][K: NST stages][V: NST stages] rows of PITCH elements.
+  // 1024-byte alignment of every stage base keeps the swizzle bits of every
+  // address in the lane part.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  constexpr uint32_t kOffK = BQ * PITCH * 2, kOffV = (BQ + 2 * BK) * PITCH * 2;
+  constexpr uint32_t kOffK = BQ * PITCH * 2,
+                     kOffV = (BQ + NST * BK) * PITCH * 2;
   constexpr uint32_t kStage = BK * PITCH * 2; // bytes of one K (or V) stage
+  static_assert(kOffK % 1024 == 0 && kStage % 1024 == 0,
+                "stage bases 1024-byte aligned");
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
@@ -281,8 +287,13 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       cp_async16(dv + so, gv + vo + c * 8, ok ? 16 : 0);
     }
   };
-  if (s0 < s1) load_kv(s0, 0);
-  cp_async_commit();
+  // Prologue: blocks s0 .. s0 + NST - 2 into stages 0 .. NST - 2, one
+  // commit group each, empty past s1: the loop counts groups, not blocks.
+#pragma unroll
+  for (int i = 0; i < NST - 1; i++) {
+    if (s0 + i < s1) load_kv(s0 + i, i);
+    cp_async_commit();
+  }
 
   // ---- per-row state: O accumulators, running max (units) and sum ----
   float o[MT][ND][4];
@@ -314,7 +325,10 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     full_hi = lo_f < hi_f ? hi_f - BK : -1;
   }
 
-  cp_async_wait<0>();
+  // Q's group is the oldest of the NST committed so far: waiting until at
+  // most NST - 1 are pending completes it (and leaves the K/V blocks
+  // loading); the barrier makes every thread's Q rows visible to all.
+  cp_async_wait<NST - 1>();
   __syncthreads();
 
   // Q fragments: kept for the whole CTA (QREG) or re-read per block.
@@ -346,9 +360,21 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       for (int ks = 0; ks < QF; ks++) q_frag(qf[mi][ks], mi, ks);
   }
 
+  // Block kb lives in stage (kb - s0) % NST. At the top of iteration kb,
+  // NST - 1 + (kb - s0) K/V groups are committed and block kb's is the
+  // (kb - s0 + 1)-th: waiting until at most NST - 2 are pending completes
+  // it. The barrier then publishes it to every thread, and also ends all
+  // reads of block kb - 1's stage, the one block kb + NST - 1 is issued into
+  // (a commit every iteration, empty or not, keeps the count exact).
+  // (Stages are computed from kb, unsigned since kb >= s0: a stage counter
+  // carried across iterations cost the 2-stage tiles spills at 255
+  // registers.)
   for (int kb = s0; kb < s1; kb++) {
-    const int stage = (kb - s0) & 1;
-    if (kb + 1 < s1) load_kv(kb + 1, stage ^ 1);
+    const int stage = (int)((unsigned)(kb - s0) % NST);
+    cp_async_wait<NST - 2>();
+    __syncthreads();
+    if (kb + NST - 1 < s1)
+      load_kv(kb + NST - 1, (int)((unsigned)(kb + NST - 1 - s0) % NST));
     cp_async_commit();
     const uint32_t so = stage * kStage;
 
@@ -476,10 +502,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         }
       }
     }
-
-    cp_async_wait<0>();
-    __syncthreads();
   }
+  // Every issued block was waited for in its own iteration; the groups
+  // still pending are empty, and the epilogue reads no shared memory.
 
   // ---- epilogue: finalise (sink, 1/l, LSE) or write the split partial ----
   T *go = (T *)p.o.data;
@@ -523,7 +548,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 template <typename T, int D, int V, bool SPECIAL>
 int launch_one(const fa_gpu_params *p, void *stream) {
   typedef tile<D, V> TL;
-  constexpr int smem = (TL::BQ + 4 * TL::BK) * TL::PITCH * 2;
+  constexpr int smem = (TL::BQ + 2 * TL::NST * TL::BK) * TL::PITCH * 2;
   cudaError_t e = cudaFuncSetAttribute(
       fwd_kernel<T, D, V, SPECIAL>,
       cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

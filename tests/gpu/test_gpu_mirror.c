@@ -8,7 +8,9 @@
 // finalisation. Problems: a fixed grid (every mask x layout) and random
 // ones, planned with the CUDA and the HIP module's capabilities. Also the
 // CUDA module's tile table (sm80_tiles.def) against the core's planner: for
-// every row the planner must choose exactly the row's B_r x B_c.
+// every row the planner must choose exactly the row's B_r x B_c; and every
+// row's shared memory (stage alignment, an A100 fits it, decode tiles run 2
+// CTAs per sm90 SM).
 // No GPU needed; labels cuda, hip, unit.
 #include <math.h>
 #include <stdint.h>
@@ -300,12 +302,54 @@ static void check_tiles(void) {
           plan.block_q, plan.block_k, t->block_q, t->block_k);
     CHECK(t->block_q == 16 * t->m_tiles * t->warps,
           "tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
-    CHECK(t->smem_bytes <= 163 * 1024, "tile d%d: %d bytes of smem exceed "
-          "an A100's 163 KB", t->head_dim, t->smem_bytes);
-    printf("tile d%-3d: %3d x %2d, %d warps x %d m-tiles, Q in %s, %6d "
-           "bytes smem: matches the planner\n",
+    printf("tile d%-3d: %3d x %2d, %d warps x %d m-tiles, Q in %s, %d "
+           "stages, %6d bytes smem: matches the planner\n",
            t->head_dim, t->block_q, t->block_k, t->warps, t->m_tiles,
-           t->q_in_regs ? "registers" : "smem", t->smem_bytes);
+           t->q_in_regs ? "registers" : "smem", t->stages, t->smem_bytes);
+  }
+}
+
+/* Shared memory of a tile row: its layout's constraints, and how many CTAs
+   fit on an SM (1 KB per CTA reserved by the driver). */
+static int ctas_per_sm(const fa_cuda_tile *t, int sm_bytes) {
+  return sm_bytes / (t->smem_bytes + 1024);
+}
+static void check_smem(const fa_cuda_tile *t, const char *kind) {
+  CHECK(t->stages >= 2, "%s d%d: %d stages", kind, t->head_dim, t->stages);
+  if (t->stages < 2) return;
+  // Rows: Q, then `stages` of K and of V (sm80_fwd.cuh).
+  int rows = t->block_q + 2 * t->stages * t->block_k;
+  int pitch_bytes = t->smem_bytes / rows;
+  CHECK(t->smem_bytes % rows == 0 && pitch_bytes >= 2 * t->head_dim,
+        "%s d%d: %d bytes of smem are no %d rows of the head dim", kind,
+        t->head_dim, t->smem_bytes, rows);
+  // sm80_fwd.cuh's swizzle needs every stage base 1024-byte aligned.
+  CHECK(t->block_q * pitch_bytes % 1024 == 0 &&
+            t->block_k * pitch_bytes % 1024 == 0,
+        "%s d%d: stage bases not 1024-byte aligned", kind, t->head_dim);
+  CHECK(t->smem_bytes <= 163 * 1024,
+        "%s d%d: %d bytes of smem exceed an A100's 163 KB", kind, t->head_dim,
+        t->smem_bytes);
+}
+
+/* Every row's smem; decode tiles: the planner's splits fill whole waves of
+   num_workers = 2 CTAs per SM (cuda_backend.c), so at least 2 must fit on
+   an sm90 SM (228 KB); fewer would run each wave in two. */
+static void check_tile_smem(void) {
+  for (int i = 0; i < fa_cuda_num_tiles; i++)
+    check_smem(&fa_cuda_tiles[i], "tile");
+  for (int i = 0; i < fa_cuda_num_decode_tiles; i++) {
+    const fa_cuda_tile *t = &fa_cuda_decode_tiles[i];
+    check_smem(t, "decode tile");
+    CHECK(t->block_q == 16 * t->m_tiles * t->warps,
+          "decode tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
+    CHECK(ctas_per_sm(t, 228 * 1024) >= 2,
+          "decode tile d%d: %d bytes of smem leave %d CTA(s) per sm90 SM",
+          t->head_dim, t->smem_bytes, ctas_per_sm(t, 228 * 1024));
+    printf("decode tile d%-3d: %2d x %2d, %d stages, %6d bytes smem: %d "
+           "CTAs per sm90 SM, %d per sm80 SM\n",
+           t->head_dim, t->block_q, t->block_k, t->stages, t->smem_bytes,
+           ctas_per_sm(t, 228 * 1024), ctas_per_sm(t, 164 * 1024));
   }
 }
 
@@ -318,6 +362,7 @@ int main(void) {
   for (int c = 0; c < 400; c++) check_random(&r, c);
   check_softmax(&r);
   check_tiles();
+  check_tile_smem();
   if (failures) {
     printf("%d checks failed (FA_TEST_SEED=0x%llx reproduces)\n", failures,
            (unsigned long long)seed);

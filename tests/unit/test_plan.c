@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The tiling plan (core/plan.h) as plain data: tile sizes obey the caps and
 // the fast-memory budget plan.c documents, split-KV appears exactly when the
-// work would leave workers idle, the kv block range of a q block is exactly
-// the blocks holding a visible key (checked by brute force against the
+// work would leave workers idle and then takes the most splits that fit two
+// whole waves of workers, the kv block range of a q block is exactly the
+// blocks holding a visible key (checked by brute force against the
 // header's mask formula), splits partition, and the work list enumerates
 // every (batch, head, q block, split) once. With GQA packing (caps.pack_gqa)
 // a tile holds block_rows query rows of each of pack_group q heads.
@@ -126,6 +127,27 @@ static void check_counts(const char *ctx, const fa_problem *p, const fa_caps *c,
   int64_t work = items / d->pack_group * d->num_splits;
   CHECK(d->num_work == work, "%s: num_work %lld, want %lld", ctx,
         (long long)d->num_work, (long long)work);
+  // Split-KV only when the items leave workers idle; then the most splits
+  // whose items still fit two whole waves of workers (a partial third wave
+  // would cost as long as a whole one), unless max_splits or two kv blocks
+  // per split cap them first.
+  int64_t base = items / d->pack_group, two_waves = 2 * (int64_t)c->num_workers;
+  int cap =
+      c->max_splits < d->num_k_blocks / 2 ? c->max_splits : d->num_k_blocks / 2;
+  if (cap < 1) cap = 1;
+  if (base >= c->num_workers) {
+    CHECK(d->num_splits == 1, "%s: %lld items for %d workers, %d splits", ctx,
+          (long long)base, c->num_workers, d->num_splits);
+  } else {
+    CHECK(d->num_splits == 1 || base * d->num_splits <= two_waves,
+          "%s: %lld items x %d splits exceed two waves of %d workers", ctx,
+          (long long)base, d->num_splits, c->num_workers);
+    CHECK(d->num_splits == cap || base * (d->num_splits + 1) > two_waves,
+          "%s: %lld items x %d splits: %d would still fit two waves of %d "
+          "workers (cap %d)",
+          ctx, (long long)base, d->num_splits, d->num_splits + 1,
+          c->num_workers, cap);
+  }
   CHECK(d->blocks_total == items * d->num_k_blocks,
         "%s: blocks_total %lld, want %lld", ctx, (long long)d->blocks_total,
         (long long)(items * d->num_k_blocks));
@@ -216,6 +238,20 @@ static void test_splits(void) {
   make_problem(&p, 4, 2048, 2048, 16, 4, 64, 0, FA_CAUSAL_BOTTOM_RIGHT, -1, -1);
   fa_plan_compute(&p, &c, &d);
   CHECK(d.num_splits == 1, "long causal queries: %d splits", d.num_splits);
+
+  // Whole waves: bench_sdpa's decode shape (b8, 32 q heads packed 4 to a
+  // kv head, d128, kv 32k) on an H200's 264 CUDA workers is 64 items. 8
+  // splits make 512 items, 1.94 waves; 9 (the ceiling of 528 / 64, as the
+  // planner once chose) made 576, a third wave 18% full that took as long
+  // as a whole one.
+  fa_caps ch = make_caps(232448, 264, 16, 128, 64, 128);
+  ch.pack_gqa = 1;
+  make_problem(&p, 8, 1, 32768, 32, 8, 128, 0, 0, -1, -1);
+  fa_plan_compute(&p, &ch, &d);
+  CHECK(d.pack_group == 4 && d.num_splits == 8 && d.num_work == 512,
+        "h200 decode: pack %d, %d splits, %lld items (want 4, 8, 512)",
+        d.pack_group, d.num_splits, (long long)d.num_work);
+  check_counts("h200 decode", &p, &ch, &d);
 
   // Short keys: never more splits than kv blocks.
   make_problem(&p, 1, 1, 9, 1, 1, 64, 0, 0, -1, -1);
