@@ -374,7 +374,9 @@ static fa_status fwd_sm80(void *state, const fa_problem *p,
   // larger tile covers (short sequences, decode).
   int ok_q = plan->block_q == t->block_q ||
              (plan->num_q_blocks == 1 && plan->block_q <= t->block_q);
-  int ok_k = plan->block_k == t->block_k ||
+  // The decode tile cuts the keys into its own blocks (the kernel derives
+  // every key range from its block_k), so any plan block_k does.
+  int ok_k = variant == 1 || plan->block_k == t->block_k ||
              (plan->num_k_blocks == 1 && p->a.seqlen_k <= t->block_k);
   if (!chunk_aligned(&a->q) || !chunk_aligned(&a->k) ||
       !chunk_aligned(&a->v) || !chunk_aligned(&a->o))

@@ -377,6 +377,10 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       load_kv(kb + NST - 1, (int)((unsigned)(kb + NST - 1 - s0) % NST));
     cp_async_commit();
     const uint32_t so = stage * kStage;
+    // A warp whose rows are all padding (decode: the 4 lanes of a GQA
+    // group fill part of warp 0) only helps copy: the math would be thrown
+    // away, and it would take issue slots from the warps that matter.
+    if (wrow0 >= lanes) continue;
 
     // ---- S = Q K^T ----
     float s[MT][NS][4];
