@@ -593,7 +593,8 @@ static fa_status bwd_tensor_core(void *state, const fa_problem *p,
   fa_gpu_params q;
   fa_gpu_fill_backward(&q, p, plan, a);
   int64_t rows_q = fa_gpu_rows_q(&q);
-  int64_t kblocks = (int64_t)q.batch * q.heads_kv * ((q.seqlen_k + 63) / 64);
+  // CTAs of the sm80 backward: one per 128 keys (kBwdKeys, sm80_bwd.cuh).
+  int64_t kblocks = (int64_t)q.batch * q.heads_kv * ((q.seqlen_k + 127) / 128);
   if ((s = fa_gpu_grid_fits(core, (rows_q + 3) / 4, "backward (D)")) ||
       (s = fa_gpu_grid_fits(core, kblocks, "cuda.sm80 backward")) ||
       (s = fa_gpu_grid_fits(core, rows_q * q.head_dim / 2 / 256 + 1,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The sm80 backward (FlashAttention-2's algorithm): one CTA per (batch, kv
-// head, block of 64 keys). K and V stay in shared memory; dK and dV
+// head, block of 128 keys). K and V stay in shared memory; dK and dV
 // accumulate in registers over the q heads of the group and the 64-row q
 // blocks that see the keys. Per q block, with S^T computed key-major (each
 // warp owns 16 keys):
@@ -19,7 +19,12 @@
 
 namespace fa_sm80 {
 
-constexpr int kBwdKeys = 64, kBwdWarps = 4;
+/* 128 keys, 8 warps of 16 keys each (v1: 64 keys, 4 warps): each Q/dO
+   tile copied to shared memory and each dQ row added to the accumulator
+   serves twice the keys, halving those per FLOP (ncu of v1 at d128: the
+   dQ reductions kept L2 66% busy). 104 KB of smem at d128; registers
+   allow one CTA (8 warps) per SM, as v1's two CTAs of 4. */
+constexpr int kBwdKeys = 128, kBwdWarps = 8;
 /* q rows per inner step: 32 at d128, so that S^T and dP^T (16 registers
    each) fit beside the 128 registers of dK and dV; 64 at d64. */
 template <int D> __host__ __device__ constexpr int bwd_rows() {
