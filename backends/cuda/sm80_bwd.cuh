@@ -90,16 +90,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 #pragma unroll
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-  // Queries that see some key of the block: both edges of a key's range
-  // move right with the key, so the first and last keys bound them.
-  int i_begin = 0, i_end = 0;
-  if (col0 < sk) {
-    int a0, a1, b0, b1;
-    fa_gpu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
-    fa_gpu_queries_of_key(&p, min(col0 + BK, sk) - 1, sq, sk, &b0, &b1);
-    i_begin = a0;
-    i_end = b1;
-  }
+  int i_begin, i_end; // queries that see some key of the block
+  fa_gpu_queries_of_keys(&p, col0, BK, sq, sk, &i_begin, &i_end);
   // This thread's keys (rows g and g + 8 of the warp's 16) and the queries
   // each sees: the per-element mask.
   const int kw = warp * 16;

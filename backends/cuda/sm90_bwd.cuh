@@ -152,15 +152,8 @@ __global__ void __launch_bounds__(256, 1)
   const int storage = fa_gpu_storage_k(&p, b), col0 = jb * BN;
   if (col0 >= storage) return;
 
-  // Queries that see some key of the block (see sm80_bwd.cuh).
-  int i_begin = 0, i_end = 0;
-  if (col0 < sk) {
-    int a0, a1, b0, b1;
-    fa_gpu_queries_of_key(&p, col0, sq, sk, &a0, &a1);
-    fa_gpu_queries_of_key(&p, min(col0 + BN, sk) - 1, sq, sk, &b0, &b1);
-    i_begin = a0;
-    i_end = b1;
-  }
+  int i_begin, i_end; // queries that see some key of the block
+  fa_gpu_queries_of_keys(&p, col0, BN, sq, sk, &i_begin, &i_end);
   const int r_first = i_begin / BQ * BQ;
   const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
   const int steps = nrb * p.group;
@@ -254,24 +247,22 @@ __global__ void __launch_bounds__(256, 1)
     }
 
     // ---- S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys) ----
+    // acc = (rows of a: this warpgroup's keys) . (rows of b)^T over D.
+    auto gemm_nt = [&](float (&acc)[BQ / 2], uint32_t a, uint32_t b) {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ks++) {
+        const int cb = ks / 4, kk = ks % 4;
+        wgmma<T, BQ>::ss(
+            acc,
+            desc_sw128(a + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
+            desc_sw128(b + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
+      }
+      wg_commit();
+    };
     float sc[BQ / 2], dp[BQ / 2];
     wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
-      const int cb = ks / 4, kk = ks % 4;
-      wgmma<T, BQ>::ss(
-          sc, desc_sw128(sK + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
-          desc_sw128(qs + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
-    }
-    wg_commit();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
-      const int cb = ks / 4, kk = ks % 4;
-      wgmma<T, BQ>::ss(
-          dp, desc_sw128(sV + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
-          desc_sw128(dos + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
-    }
-    wg_commit();
+    gemm_nt(sc, sK, qs);
+    gemm_nt(dp, sV, dos);
     wg_wait<1>();
     pin(sc);
 

@@ -75,6 +75,21 @@ FA_GPU_HD void fa_gpu_queries_of_key(const fa_gpu_params *p, int j, int sq,
   *i1 = (int)b;
 }
 
+/* Queries that see some key of [col0, min(col0 + n, sk)): both edges of
+   a key's range move right with the key, so the first and last keys bound
+   them; [0, 0) when col0 >= sk. (The backward's key blocks.) */
+FA_GPU_HD void fa_gpu_queries_of_keys(const fa_gpu_params *p, int col0, int n,
+                                      int sq, int sk, int *i0, int *i1) {
+  *i0 = *i1 = 0;
+  if (col0 >= sk) return;
+  int a0, a1, b0, b1;
+  fa_gpu_queries_of_key(p, col0, sq, sk, &a0, &a1);
+  fa_gpu_queries_of_key(p, (col0 + n < sk ? col0 + n : sk) - 1, sq, sk, &b0,
+                        &b1);
+  *i0 = a0;
+  *i1 = b1;
+}
+
 /* fa_q_offset */
 FA_GPU_HD int64_t fa_gpu_q_offset(const fa_gpu_params *p, const fa_gpu_view *t,
                                   int b, int i, int h) {

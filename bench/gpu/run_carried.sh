@@ -9,9 +9,6 @@
 #   bench/gpu/run_carried.sh [--no-large] [--no-bench]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=${BUILD_DIR:-build-h200}
-rt=${RT_DIR:-.rt}
-out=${OUT_DIR:-$build/run}
 large=1 bench=1
 for a in "$@"; do
   case $a in
@@ -20,14 +17,7 @@ for a in "$@"; do
   *) echo "usage: $0 [--no-large] [--no-bench]" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$out"
-root=$PWD
-export LD_LIBRARY_PATH="$root/$build:$root/$rt:${LD_LIBRARY_PATH:-}"
-# CTest files name the paths of the machine that built them.
-src=$(sed -n 's/^# Source directory: //p' "$build/CTestTestfile.cmake")
-bin=$(sed -n 's/^# Build directory: //p' "$build/CTestTestfile.cmake")
-find "$build" -name CTestTestfile.cmake -exec sed -i \
-  "s#$bin#$root/$build#g; s#$src#$root#g" {} +
+. bench/gpu/carried_env.sh
 summary=()
 run() { # name, command...: log to $out/name.log, keep the verdict
   local name=$1; shift

@@ -8,16 +8,7 @@
 #   TESTS='cuda.gpu|bwd' BENCH='--no-forward --bwd --quick' bench/gpu/run_some.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=${BUILD_DIR:-build-h200}
-rt=${RT_DIR:-.rt}
-out=${OUT_DIR:-$build/run}
-mkdir -p "$out"
-root=$PWD
-export LD_LIBRARY_PATH="$root/$build:$root/$rt:${LD_LIBRARY_PATH:-}"
-src=$(sed -n 's/^# Source directory: //p' "$build/CTestTestfile.cmake")
-bin=$(sed -n 's/^# Build directory: //p' "$build/CTestTestfile.cmake")
-find "$build" -name CTestTestfile.cmake -exec sed -i \
-  "s#$bin#$root/$build#g; s#$src#$root#g" {} +
+. bench/gpu/carried_env.sh
 rc=0
 if [ -n "${TESTS:-}" ]; then
   ctest --test-dir "$build" -R "$TESTS" -j 4 --timeout 300 \
