@@ -127,9 +127,10 @@ typedef struct fa_tensor {
  * The backward likewise accumulates dO.v and dO.O in fp32: where those
  * overflow (16-bit inputs near their maximum), gradients may be non-finite.
  * These non-finite rules hold on the CPU backends (tests/stress). The GPU
- * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply a
- * whole tile of P by V: a NaN or inf in a V (or, backward, dO) row also
- * reaches the rows of the same tile that cannot see that key. Finite
+ * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply
+ * whole tiles of P by V (backward: of P^T and dS^T by dO and Q): a NaN or
+ * inf in a V row (backward: also a q or dO row) also reaches the rows of
+ * the same tile that cannot see that key (query). Finite
  * inputs are unaffected, and K/V rows past a sequence's end (varlen,
  * seqused_k) never leak (they are masked and zeroed).
  */
