@@ -167,11 +167,11 @@ static void ctx_destroy(void *state) {
 static void capabilities(void *state, fa_caps *caps) {
   const cuda_state *st = state;
   caps->fast_mem_bytes = fa_cuda_plan_mem_bytes;
-  // Work items that keep the GPU busy: 2 resident CTAs per SM on sm90 (the
-  // d128 main and decode tiles, sm80_tiles.def). The planner splits the
-  // keys only below that many items, into at most two items per worker,
-  // rounded down so that split-KV (decode) runs about two whole waves of
-  // CTAs instead of a partial last one.
+  // Work items that keep the GPU busy: 2 per SM (the d128 main tile's
+  // residency on sm90). The planner splits the keys only below that many
+  // items, into at most two items per worker, rounded down: 4 per SM, which
+  // is one whole wave of the decode tiles (4 resident per sm90 SM,
+  // sm80_tiles.def; measured best against 1-8 per SM, NOTES-cuda run 24).
   caps->num_workers = 2 * (st ? st->sm_count : probed_sms);
   caps->tile_align = fa_cuda_plan_align;
   caps->max_block_q = fa_cuda_plan_max_bq;

@@ -92,8 +92,9 @@ __device__ __forceinline__ void red_add_v4(float *dst, float a, float b,
 }
 
 /* Zero rows [from, rows) of a tile of `rows` rows x D columns (all its
-   128-byte blocks), for the tensor cores to read: the stores are made
-   visible to the async proxy, then every thread of the CTA meets. */
+   128-byte blocks), all 256 threads taking part. For the tensor cores to
+   read them, the caller then fences the async proxy and meets at a CTA
+   barrier. */
 template <int D>
 __device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
                                           int tid) {
@@ -186,7 +187,8 @@ __global__ void __launch_bounds__(256, 1)
                h, qbat);
     }
   };
-  // ... and its LSE and D (threads 0..127; rows past the sequence: 0).
+  // ... and its LSE and D (threads 0 .. 2 BQ - 1; rows past the sequence:
+  // 0).
   auto issue_ld = [&](int t) {
     if (tid < 2 * BQ) {
       const int s = t % NS, h = head_of(t), r = tid % BQ, i = row_of(t) + r;

@@ -19,7 +19,8 @@ const char *const xv_groups[] = {
     "fwd.gqa",    "fwd.layout",   "fwd.varlen", "fwd.paged",
     "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
     "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
-    "bwd.paged",  "bwd.layout",   NULL};
+    "bwd.paged",  "bwd.layout",   "fwd.tensor-core", "bwd.tensor-core",
+    NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -611,6 +612,66 @@ static void bwd_layout(list *l) {
 #undef L
 }
 
+/* Shapes of the GPU tensor-core kernels (16-bit, head dims 64/128): the
+   groups above mostly use d32, which those kernels hand to the generic
+   ones. Sizes stay small enough for the float64 oracle and the CPU
+   backends, with q blocks and key blocks cut at odd places. */
+static void fwd_tensor_core(list *l) {
+  xcase c;
+#define T(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.d = c.dv = 128;                                                          \
+    c.dt = FA_BF16;                                                            \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
+  } while (0)
+  // Decode through the d128 decode tile (GQA packed, split-KV).
+  T(c.threads = 8; c.sq = 1; c.b = 3; c.hq = 8; c.hkv = 2; c.sk = 1000;
+    c.seqused = 1);
+  T(c.threads = 8; c.sq = 1; c.b = 2; c.hq = 8; c.hkv = 2; c.sk = 777;
+    c.dt = FA_F16);
+  T(c.threads = 8; c.sq = 4; c.b = 1; c.hq = 4; c.hkv = 1; c.sk = 1500;
+    c.causal = BR);
+  // Prefill-sized blocks.
+  T(c.sq = 200; c.sk = 300; c.hq = 4; c.hkv = 2; c.causal = BR);
+  T(c.sq = 129; c.sk = 129; c.d = c.dv = 64; c.dt = FA_F16; c.causal = TL);
+  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1;
+    c.slack = 5; c.hq = 4; c.hkv = 2; c.d = c.dv = 64);
+#undef T
+}
+
+static void bwd_tensor_core(list *l) {
+  xcase c;
+#define T(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.d = c.dv = 128;                                                          \
+    c.dt = FA_BF16;                                                            \
+    c.hq = 4;                                                                  \
+    c.hkv = 2;                                                                 \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
+  } while (0)
+  T(c.sq = 200; c.sk = 300);
+  T(c.sq = 200; c.sk = 300; c.causal = BR; c.dt = FA_F16);
+  T(c.sq = 300; c.sk = 130; c.causal = TL);
+  T(c.sq = 257; c.sk = 257; c.wl = 40; c.wr = 7; c.dt = FA_F16);
+  T(c.b = 1; c.sq = 129; c.sk = 260; c.hq = 7; c.hkv = 1; c.causal = BR);
+  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1;
+    c.slack = 5; c.causal = BR);
+  T(c.sq = 1; c.sk = 129);
+  T(c.sq = 17; c.sk = 200; c.causal = BR; c.dt = FA_F16);
+  T(c.d = c.dv = 64; c.sq = 200; c.sk = 300);
+  T(c.d = c.dv = 64; c.sq = 300; c.sk = 300; c.causal = BR; c.dt = FA_F16);
+  T(c.d = c.dv = 64; c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1;
+    c.seqused = 1; c.slack = 5; c.hq = 7; c.hkv = 1);
+  T(c.d = c.dv = 64; c.sq = 130; c.sk = 70; c.wl = 20; c.wr = 20;
+    c.qamp = 4.0f);
+#undef T
+}
+
 int xv_group_cases(const char *name, xcase *out, int max) {
   static const struct {
     const char *name;
@@ -623,7 +684,9 @@ int xv_group_cases(const char *name, xcase *out, int max) {
                {"bwd.dims", bwd_dims},       {"bwd.masks", bwd_masks},
                {"bwd.lengths", bwd_lengths}, {"bwd.features", bwd_features},
                {"bwd.gqa", bwd_gqa},         {"bwd.varlen", bwd_varlen},
-               {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout}};
+               {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout},
+               {"fwd.tensor-core", fwd_tensor_core},
+               {"bwd.tensor-core", bwd_tensor_core}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].name, name) == 0) {
       list l = {out, 0, max};
