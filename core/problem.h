@@ -14,8 +14,12 @@ typedef struct fa_problem {
   fa_attention a;  // the caller's problem, defaults resolved:
                    // head_dim_v != 0, scale != 0, causal folded into
                    // window_right (0) so masks are one window test.
-  fa_dtype dtype;
-  int top_left;    // diagonal offset is 0 instead of sk - sq
+  fa_dtype dtype;     // input dtype (q, k, v)
+  fa_dtype dtype_out; // output dtype (o, do, dq, dk, dv); the input dtype
+                      // until a layout says otherwise
+  int top_left;    // aligned positions: diagonal offset 0 instead of sk - sq
+  int explicit_positions; // positions == FA_POSITIONS_EXPLICIT
+  int descaled;    // some input tensor of the layout has a descale
   int varlen_q, varlen_k, paged;
   int group;       // heads_q / heads_kv
   // Storage rows of varlen Q and K/V (cu_seqlens_q/k[batch]), filled in by
@@ -62,17 +66,26 @@ static inline int fa_seq_len_k(const fa_problem *p, int b) {
   return p->a.seqlen_k;
 }
 
-/* Offset of the diagonal for a sequence: query i is aligned with key
-   i + shift. */
-static inline int fa_diag_shift(const fa_problem *p, int sq, int sk) {
-  return p->top_left ? 0 : sk - sq;
+/* Offset of the diagonal for sequence b with real lengths (sq, sk): query
+   row i faces key row i + shift (shift = qpos(b) - kpos(b), see the
+   header's positions). |shift| < 2^41: the positions are bounded. */
+static inline int64_t fa_diag_shift(const fa_problem *p, int b, int sq,
+                                    int sk) {
+  if (p->explicit_positions) {
+    const fa_attention *a = &p->a;
+    int64_t qp = a->q_position + (a->q_positions ? a->q_positions[b] : 0);
+    int64_t kp = a->k_position + (a->k_positions ? a->k_positions[b] : 0);
+    return qp - kp;
+  }
+  return p->top_left ? 0 : (int64_t)sk - sq;
 }
 
-/* Visible keys of query row i: [*lo, *hi) clipped to [0, sk). Empty when
-   *lo >= *hi. Computed in 64 bits: windows near INT_MAX cannot overflow. */
-static inline void fa_visible_keys(const fa_problem *p, int i, int sq, int sk,
-                                   int *lo, int *hi) {
-  int64_t diag = (int64_t)i + fa_diag_shift(p, sq, sk);
+/* Visible keys of query row i of a sequence with sk keys whose diagonal
+   offset is shift (fa_diag_shift): [*lo, *hi) clipped to [0, sk). Empty
+   when *lo >= *hi. In 64 bits: windows near INT_MAX cannot overflow. */
+static inline void fa_visible_keys(const fa_problem *p, int64_t shift, int i,
+                                   int sk, int *lo, int *hi) {
+  int64_t diag = (int64_t)i + shift;
   int64_t l = p->a.window_left < 0 ? 0 : diag - p->a.window_left;
   int64_t h = p->a.window_right < 0 ? sk : diag + p->a.window_right + 1;
   if (l < 0) l = 0;
@@ -110,7 +123,7 @@ static inline int64_t fa_k_offset(const fa_problem *p, const fa_tensor *t,
 /* The score pipeline after the dot product: softcap, then ALiBi. Masking is
    the caller's job (via fa_visible_keys). s is scale * q.k. */
 static inline float fa_score_transform(const fa_problem *p, float s, int h,
-                                       int i, int j, int shift) {
+                                       int i, int j, int64_t shift) {
   if (p->a.softcap > 0.0f) s = p->a.softcap * tanhf(s / p->a.softcap);
   if (p->a.alibi_slopes) {
     int64_t d = (int64_t)i + shift - j;

@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flashattn_version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,12 +45,19 @@ extern "C" {
 
 /* ---- versioning and errors ------------------------------------------ */
 
-#define FA_VERSION_MAJOR 0 /**< Incompatible API changes bump this. */
-#define FA_VERSION_MINOR 1 /**< Compatible additions bump this. */
-#define FA_VERSION_PATCH 0 /**< Fixes bump this. */
+/* flashattn_version.h (generated) defines FA_VERSION_MAJOR, _MINOR, _PATCH,
+   FA_VERSION_STRING and FA_VERSION_NUMBER (MAJOR * 10000 + MINOR * 100 +
+   PATCH) for the headers a program compiles against. While the major is 0
+   every minor version may break the API and the ABI: the shared library's
+   SONAME carries the minor (libflashattn.so.0.2) and the CMake package and
+   pkg-config file accept only the same minor. */
 
 /** @return the run-time library version, "MAJOR.MINOR.PATCH". Static string. */
 FA_API const char *fa_version(void);
+
+/** @return the run-time FA_VERSION_NUMBER; compare it with the compile-time
+ * one to detect a program running against another library build. */
+FA_API int fa_version_number(void);
 
 /** Status of every fallible call. Numbers are stable across versions. */
 typedef enum fa_status {
@@ -85,13 +94,32 @@ typedef enum fa_dtype {
  * layouts all work without copies. Strides must be >= 0. Varlen batches use
  * stride_batch 0 and address rows through cu_seqlens; paged K/V use
  * stride_batch as the page stride and stride_seq as the slot stride.
+ *
+ * Dtypes: q, k and v share the *input* dtype; o, do, dq, dk and dv share
+ * the *output* dtype. The two may differ (an f32 o from bf16 inputs) on the
+ * kernels that say so (every CPU kernel; fa_explain tells). Accumulation is
+ * always fp32.
+ *
+ * Descales (inputs q, k, v only; outputs must leave descale NULL): each
+ * element is decoded exactly and multiplied by its tensor's descale before
+ * the attention, so the scores are scale * (dq q).(dk k) and O is the
+ * softmax-weighted sum of (dv v). Products are formed in fp32; a decoded
+ * value that overflows fp32 after descaling becomes inf and follows the
+ * non-finite rules of ::fa_attention. A descale must be finite and > 0.
+ * Gradients (fa_backward) are with respect to the decoded inputs.
  */
 typedef struct fa_tensor {
   void *data;           /**< First element; in the context's memory space. */
-  fa_dtype dtype;       /**< Element type; q, k, v, o, do, dq... must agree. */
+  fa_dtype dtype;       /**< Element type (see the dtype groups above). */
   int64_t stride_batch; /**< Elements between batches (or pages). */
   int64_t stride_seq;   /**< Elements between consecutive rows. */
   int64_t stride_head;  /**< Elements between heads. */
+  /** float32 descale factors in the context's memory space, or NULL (1):
+   * one value, or with descale_per_head one per (sequence, kv head) at
+   * descale[b * heads_kv + h / (heads_q / heads_kv)] for q and
+   * descale[b * heads_kv + h] for k and v (the FlashAttention-3 layout). */
+  const float *descale;
+  int descale_per_head; /**< 0: descale[0] for every element; 1: per head. */
 } fa_tensor;
 
 /* ---- the problem ------------------------------------------------------ */
@@ -107,13 +135,22 @@ typedef struct fa_tensor {
  * when set, points into the context's memory space and must stay valid
  * while a plan built from this problem is used.
  *
- * Masking semantics (every backend agrees): let sq, sk be the real lengths of
- * a sequence and `shift` = sk - sq (0 with FA_CAUSAL_TOP_LEFT). Query i sees
- * key j iff i + shift - window_left <= j <= i + shift + window_right (a -1
- * bound is unbounded; causal sets window_right to 0). Scores are
- * `s = scale * q.k`, then `cap * tanh(s / cap)` if softcap > 0, then
- * `s -= slope[h] * |i + shift - j|` with ALiBi, then the mask. A row with no
- * visible key has O = 0 and LSE = -inf (or the sink logit with sinks).
+ * Positions. Query row i of sequence b sits at position Pq = qpos(b) + i,
+ * key row j at Pk = kpos(b) + j. By default (positions =
+ * FA_POSITIONS_ALIGNED) qpos = sk - sq and kpos = 0, sq and sk being the
+ * real lengths of the sequence (qpos = 0 with FA_CAUSAL_TOP_LEFT): the last
+ * query faces the last key. With FA_POSITIONS_EXPLICIT the caller states
+ * them: qpos(b) = q_position + q_positions[b] and kpos(b) = k_position +
+ * k_positions[b] (a NULL array adds 0), so a shard of a longer sequence
+ * (ring attention, chunked prefill) masks exactly as the whole would.
+ * Positions only place rows for masks and ALiBi: they never address memory.
+ *
+ * Masking semantics (every backend agrees): query i sees key j iff
+ * Pq - window_left <= Pk <= Pq + window_right (a -1 bound is unbounded;
+ * causal sets window_right to 0). Scores are `s = scale * q.k`, then
+ * `cap * tanh(s / cap)` if softcap > 0, then `s -= slope[h] * |Pq - Pk|`
+ * with ALiBi, then the mask. A row with no visible key has O = 0 and
+ * LSE = -inf (or the sink logit with sinks).
  *
  * Non-finite values (the float64 reference's rules; scores are fp32): a NaN
  * in q, k, v or dO reaches O, LSE and the gradients of exactly the rows
@@ -135,6 +172,11 @@ typedef struct fa_tensor {
  * seqused_k) never leak (they are masked and zeroed).
  */
 typedef struct fa_attention {
+  /** sizeof(fa_attention) as the caller compiled it; set by
+   * fa_attention_init(). A problem from a program built against another
+   * version's header is refused (FA_ERR_INVALID_ARGUMENT naming struct_size),
+   * never misread. */
+  size_t struct_size;
   int batch;       /**< Number of sequences (>= 1). */
   int seqlen_q;    /**< Query length; the maximum one when varlen. */
   int seqlen_k;    /**< Key length; the maximum one when varlen or paged. */
@@ -162,11 +204,53 @@ typedef struct fa_attention {
    * followed: the library never reads a page the pool does not hold.
    */
   int num_pages;
+  /**
+   * Storage rows of varlen tensors: cu_seqlens_q[batch] rows of q, o, do,
+   * dq and cu_seqlens_k[batch] rows of k, v, dk, dv. GPU contexts need them
+   * with cu_seqlens (the library reads no device array on the hot path);
+   * on CPU contexts 0 means "read cu_seqlens". When set they must equal the
+   * arrays' last entries (checked where the arrays are host-visible).
+   */
+  int64_t rows_q, rows_k;
+
+  /* ---- positions (see above) ---- */
+  int positions; /**< FA_POSITIONS_ALIGNED (0) or FA_POSITIONS_EXPLICIT. */
+  int64_t q_position; /**< Explicit: position of query row 0. */
+  int64_t k_position; /**< Explicit: position of key row 0. */
+  const int64_t *q_positions; /**< Explicit: [batch] added per sequence. */
+  const int64_t *k_positions; /**< Explicit: [batch] added per sequence. */
+
+  /* ---- backward only (fa_forward ignores these) ---- */
+  /**
+   * FA_BACKWARD_OVERWRITE (0): fa_backward writes dq, dk, dv (and dsinks).
+   * FA_BACKWARD_ACCUMULATE: it adds the gradients to what they hold: each
+   * element becomes round(old + g), old read and g computed in fp32, one
+   * rounding to the tensor's dtype (so a bf16 accumulator loses what bf16
+   * loses at every step; accumulate in f32 tensors for exact sums).
+   */
+  int backward_mode;
+  /**
+   * [heads_q] fp32 output: the gradient of the loss with respect to sinks,
+   * written by fa_backward when both sinks and dsinks are set (NULL: not
+   * computed). dsinks[h] = -sum over rows of exp(sink[h] - lse) * (dO . O).
+   */
+  float *dsinks;
 } fa_attention;
 
+/** fa_attention.positions values. */
+#define FA_POSITIONS_ALIGNED 0
+#define FA_POSITIONS_EXPLICIT 1
+/** |q_position|, |k_position| and the per-sequence entries stay below this. */
+#define FA_POSITION_LIMIT ((int64_t)1 << 40)
+
+/** fa_attention.backward_mode values. */
+#define FA_BACKWARD_OVERWRITE 0
+#define FA_BACKWARD_ACCUMULATE 1
+
 /**
- * Set @p a to the defaults: every field 0 / NULL except window_left and
- * window_right, which become -1 (unbounded). Does nothing if @p a is NULL.
+ * Set @p a to the defaults: struct_size = sizeof(fa_attention), every other
+ * field 0 / NULL except window_left and window_right, which become -1
+ * (unbounded). Does nothing if @p a is NULL.
  */
 FA_API void fa_attention_init(fa_attention *a);
 
@@ -184,9 +268,10 @@ typedef enum fa_backend_kind {
 typedef struct fa_context fa_context;
 
 /**
- * Create a context of @p kind on @p device (GPU ordinal; 0 for CPU).
- * With FA_BACKEND_AUTO, the environment variable FLASHATTN_BACKEND=name
- * forces one backend for the whole program. Within the chosen memory space,
+ * Create a context of @p kind on @p device (GPU ordinal; 0 for CPU: another
+ * device is FA_ERR_NO_DEVICE). With FA_BACKEND_AUTO, the switch
+ * FA_BACKEND=name (see docs/configuration.md) forces one backend for the
+ * whole program. Within the chosen memory space,
  * each problem runs on the best-ranked backend that supports it.
  * @return FA_OK, FA_ERR_NO_DEVICE (kind or device absent; see
  * fa_last_error()), FA_ERR_INVALID_ARGUMENT or FA_ERR_OUT_OF_MEMORY.
@@ -197,11 +282,13 @@ FA_API fa_status fa_context_create(fa_context **ctx, fa_backend_kind kind,
 
 /**
  * Create a context bound to exactly one backend, by name ("cpu-scalar",
- * "cpu-avx512", "cuda-sm90", ...; see fa_backend_name()), or to exactly one
+ * "cpu-avx512", "cuda", ...; see fa_backend_name()), or to exactly one
  * kernel, by the kernel name that fa_explain() and fa_plan_describe() print
- * ("cpu.avx512"), for triage and for testing kernels a better one would
- * shadow. A problem that backend (or kernel) cannot run fails with
- * FA_ERR_UNSUPPORTED: never a fallback.
+ * ("cpu.avx512", "cuda.sm90.bf16.d128"), for triage and for testing kernels
+ * a better one would shadow. A problem that backend (or kernel) cannot run
+ * fails with FA_ERR_UNSUPPORTED and the kernel's reason: never a fallback.
+ * A GPU backend or kernel name may end in ":N" to pick device N
+ * ("cuda.sm90.bf16.d128:1"); without it the context uses device 0.
  */
 FA_API fa_status fa_context_create_by_name(fa_context **ctx, const char *name);
 
@@ -229,6 +316,20 @@ FA_API fa_status fa_context_set_stream(fa_context *ctx, void *stream);
  */
 FA_API fa_status fa_context_set_threads(fa_context *ctx, int n);
 
+/**
+ * Checked mode (on GPU contexts): every call copies the problem's index
+ * arrays (cu_seqlens, seqused_k, block_table, positions) and descales to
+ * the host and validates them before launching, synchronising the stream;
+ * a bad entry fails with FA_ERR_INVALID_ARGUMENT naming it. Off by default:
+ * unchecked GPU kernels still never read or write outside the tensors and
+ * the page pool whatever the entries say (a block-table entry outside
+ * [0, num_pages) reads as a page of zeros; lengths are clamped to seqlen_q,
+ * seqlen_k and rows_q/rows_k), but their results are then unspecified.
+ * The switch FA_CHECKED=1 turns it on for every context. CPU contexts always
+ * validate (their arrays are host memory); @p on is accepted and ignored.
+ */
+FA_API fa_status fa_context_set_checked(fa_context *ctx, int on);
+
 /** @return how many backends are compiled in and usable on this machine. */
 FA_API int fa_backend_count(void);
 
@@ -237,10 +338,12 @@ FA_API int fa_backend_count(void);
 FA_API const char *fa_backend_name(int i);
 
 /**
- * Explain dispatch for problem @p a in @p dtype: one line per backend compiled
- * in, saying whether it is available here, which of its kernels would run
- * and why each other was skipped. The contents of the problem's arrays are
- * not read (they may be device memory). Writes at most @p len bytes,
+ * Explain dispatch for problem @p a with inputs (and outputs) in @p dtype:
+ * one line per backend compiled in, saying whether it is available here,
+ * which of its kernels would run and why each other was skipped, assuming
+ * contiguous BSHD tensors on device 0 (a plan made with the real tensors is
+ * the authority: fa_plan_describe()). The contents of the problem's arrays
+ * are not read (they may be device memory). Writes at most @p len bytes,
  * NUL-terminated, to @p buf (may be NULL when len is 0).
  * @return the length the full text needs, excluding the NUL, as snprintf.
  */
@@ -268,9 +371,11 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
  * Forward attention: o = softmax(scores) v for every (batch, head, row).
  * q: [batch, seqlen_q, heads_q, head_dim]; k: [.., seqlen_k, heads_kv,
  * head_dim]; v: [.., seqlen_k, heads_kv, head_dim_v]; o: [.., seqlen_q,
- * heads_q, head_dim_v]. All four share one dtype. o must not overlap itself.
+ * heads_q, head_dim_v]. q, k, v share the input dtype; o has the output
+ * dtype (see ::fa_tensor). o must not overlap itself.
  * @param lse [batch][heads_q][seqlen_q] fp32 natural-log log-sum-exp, or NULL.
  * Deterministic run to run. On a GPU context, asynchronous on its stream.
+ * Equivalent to fa_plan_create() + fa_plan_forward() + fa_plan_destroy().
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_attention *a,
                             fa_tensor q, fa_tensor k, fa_tensor v, fa_tensor o,
@@ -278,9 +383,10 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_attention *a,
 
 /**
  * Backward attention from the o and lse that fa_forward() produced.
- * Writes dq (shaped as q), dk (as k) and dv (as v); with GQA the gradients of
- * the query heads sharing a kv head are summed. Sinks are treated as
- * constants (no gradient is produced for them).
+ * Writes dq (shaped as q), dk (as k) and dv (as v), or adds to them with
+ * a->backward_mode = FA_BACKWARD_ACCUMULATE; with GQA the gradients of the
+ * query heads sharing a kv head are summed. d_o, dq, dk, dv have o's dtype.
+ * With sinks and a->dsinks set, the sinks' gradient goes to a->dsinks.
  */
 FA_API fa_status fa_backward(fa_context *ctx, const fa_attention *a,
                              fa_tensor q, fa_tensor k, fa_tensor v, fa_tensor o,
@@ -302,26 +408,57 @@ FA_API fa_status fa_merge_states(fa_context *ctx, int n,
                                  int seqlen, int heads, int head_dim,
                                  fa_tensor o, float *lse);
 
-/* ---- plans: the tiling decision, made once per shape ------------------ */
+/* ---- plans: dispatch and tiling decided once, run many times --------- */
 
-/** Opaque plan: a validated problem, the chosen kernel and its tiling. */
+/** Opaque plan: a validated problem, the chosen kernel, its tiling, and the
+ * tensor layout it was made for. */
 typedef struct fa_plan fa_plan;
 
 /**
- * Validate @p a for @p dtype, choose the kernel and compute the tiling once.
- * The plan keeps a copy of @p a (its array pointers must stay valid) and a
- * reference to @p ctx (which must outlive the plan).
+ * Validate @p a, choose the kernel for the layout of @p q, @p k, @p v, @p o
+ * (dtypes, strides and the alignment of data and strides: the data pointers
+ * are looked at, never read or kept) and compute the tiling, once. The plan
+ * keeps a copy of @p a (its array pointers must stay valid) and a reference
+ * to @p ctx (which must outlive the plan).
+ *
+ * Later fa_plan_forward() calls run that kernel with no dispatch and, on GPU
+ * contexts, no host work beyond the launch: no host-device copy, no
+ * synchronisation. Their tensors must have the plan's dtypes and strides and
+ * be at least as aligned; any other call fails with FA_ERR_INVALID_ARGUMENT
+ * saying which tensor differs. Nothing ever falls back to another kernel.
+ * Host-visible index arrays (CPU contexts) are validated here and on every
+ * call; device-resident ones only in checked mode (fa_context_set_checked).
  */
 FA_API fa_status fa_plan_create(fa_context *ctx, const fa_attention *a,
-                                fa_dtype dtype, fa_plan **plan);
+                                fa_tensor q, fa_tensor k, fa_tensor v,
+                                fa_tensor o, fa_plan **plan);
 
 /** Run the planned forward; bit-identical to fa_forward() on the same data. */
 FA_API fa_status fa_plan_forward(fa_plan *p, fa_tensor q, fa_tensor k,
                                  fa_tensor v, fa_tensor o, float *lse);
 
 /**
- * Describe the plan (backend, kernel, tiles, kv splits, work items, blocks
- * skipped) as text, snprintf-style. @return the full length needed.
+ * A backward plan: as fa_plan_create() for the layout of the backward's
+ * tensors (the gradients' accumulators, the D = rowsum(dO * O) pre-pass and
+ * the kernel chosen once).
+ */
+FA_API fa_status fa_plan_create_backward(fa_context *ctx,
+                                         const fa_attention *a, fa_tensor q,
+                                         fa_tensor k, fa_tensor v, fa_tensor o,
+                                         fa_tensor d_o, fa_tensor dq,
+                                         fa_tensor dk, fa_tensor dv,
+                                         fa_plan **plan);
+
+/** Run a backward plan; bit-identical to fa_backward() on the same data. */
+FA_API fa_status fa_plan_backward(fa_plan *p, fa_tensor q, fa_tensor k,
+                                  fa_tensor v, fa_tensor o, fa_tensor d_o,
+                                  const float *lse, fa_tensor dq, fa_tensor dk,
+                                  fa_tensor dv);
+
+/**
+ * Describe the plan (backend, kernel, operation, tiles, kv splits, work
+ * items, blocks skipped, workspace) as text, snprintf-style. The kernel
+ * named is the kernel every call of the plan runs. @return the full length.
  */
 FA_API size_t fa_plan_describe(const fa_plan *p, char *buf, size_t len);
 
