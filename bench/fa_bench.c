@@ -634,27 +634,6 @@ static int bench(run *r) {
   a->window_right = o->window_right;
   a->softcap = o->softcap;
 
-  if ((s = fa_plan_create(r->ctx, a, o->dtype, &r->plan)) != FA_OK) {
-    lib_error("planning", s);
-    size_t n = fa_explain(a, o->dtype, NULL, 0);
-    char *why = malloc(n + 1);
-    if (why) {
-      fa_explain(a, o->dtype, why, n + 1);
-      fprintf(stderr, "fa_explain:\n%s", why);
-      free(why);
-    }
-    return EXIT_USAGE;
-  }
-  size_t plan_len = fa_plan_describe(r->plan, NULL, 0);
-  char *plan = malloc(plan_len + 1);
-  if (!plan) return lib_error("describing the plan", FA_ERR_OUT_OF_MEMORY);
-  fa_plan_describe(r->plan, plan, plan_len + 1);
-  char backend[64], kernel[64];
-  describe_field(plan, "backend=", backend, sizeof backend);
-  describe_field(plan, "kernel=", kernel, sizeof kernel);
-  if (!backend[0])
-    snprintf(backend, sizeof backend, "%s", fa_context_backend(r->ctx));
-
   ts_rng rng;
   ts_rng_seed(&rng, o->seed);
   r->lse_elems = (int64_t)o->batch * o->heads_q * o->seqlen_q;
@@ -684,10 +663,30 @@ static int bench(run *r) {
     s = buffer_make(r->ctx, tensors[i].b, o->dtype, o->batch, tensors[i].seq,
                     tensors[i].heads, tensors[i].dim,
                     tensors[i].random ? &rng : NULL);
-  if (s) {
-    free(plan);
-    return lib_error("allocating the tensors", s);
+  if (s) return lib_error("allocating the tensors", s);
+  // The plan is made for these tensors' layout (dispatch decides once).
+  if ((s = fa_plan_create(r->ctx, a, r->q.t, r->k.t, r->v.t, r->o.t,
+                           &r->plan)) != FA_OK) {
+    lib_error("planning", s);
+    size_t n = fa_explain(a, o->dtype, NULL, 0);
+    char *why = malloc(n + 1);
+    if (why) {
+      fa_explain(a, o->dtype, why, n + 1);
+      fprintf(stderr, "fa_explain:\n%s", why);
+      free(why);
+    }
+    return EXIT_USAGE;
   }
+  size_t plan_len = fa_plan_describe(r->plan, NULL, 0);
+  char *plan = malloc(plan_len + 1);
+  if (!plan) return lib_error("describing the plan", FA_ERR_OUT_OF_MEMORY);
+  fa_plan_describe(r->plan, plan, plan_len + 1);
+  char backend[64], kernel[64];
+  describe_field(plan, "backend=", backend, sizeof backend);
+  describe_field(plan, "kernel=", kernel, sizeof kernel);
+  if (!backend[0])
+    snprintf(backend, sizeof backend, "%s", fa_context_backend(r->ctx));
+
 
   double flops = forward_flops(r);
   timing fwd, bwd;

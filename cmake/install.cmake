@@ -25,6 +25,7 @@ install(TARGETS ${FA_LIBRARY_TARGETS}
 
 # Only the public header: core/*.h are internal and never installed.
 install(FILES ${PROJECT_SOURCE_DIR}/include/flashattn.h
+  ${PROJECT_BINARY_DIR}/include/flashattn_version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 install(EXPORT flashattnTargets
@@ -46,10 +47,17 @@ configure_package_config_file(
   ${PROJECT_BINARY_DIR}/flashattnConfig.cmake
   INSTALL_DESTINATION ${FA_INSTALL_CMAKEDIR}
   NO_CHECK_REQUIRED_COMPONENTS_MACRO)
+# 0.x: every minor may break, so find_package(flashattn 0.2) accepts 0.2.*
+# only; from 1.0 on, the same major.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(_fa_compat SameMinorVersion)
+else()
+  set(_fa_compat SameMajorVersion)
+endif()
 write_basic_package_version_file(
   ${PROJECT_BINARY_DIR}/flashattnConfigVersion.cmake
   VERSION ${PROJECT_VERSION}
-  COMPATIBILITY SameMajorVersion)
+  COMPATIBILITY ${_fa_compat})
 install(FILES
   ${PROJECT_BINARY_DIR}/flashattnConfig.cmake
   ${PROJECT_BINARY_DIR}/flashattnConfigVersion.cmake

@@ -1,26 +1,29 @@
 // SPDX-License-Identifier: MIT
-// Entry points: validate, dispatch, plan, run. The order is fixed: problem
-// fields, then array contents, then tensors, then dispatch; nothing is
-// written before every check has passed.
+// Entry points: validate, dispatch, plan, run. A plan is made once: the
+// problem's fields, the host-visible index arrays, the tensors' layout,
+// then dispatch and the kernel's own plan. Each run checks that its tensors
+// match that layout, validates what is host-visible (or everything, in
+// checked mode), and calls the planned kernel; nothing is written before
+// every check has passed, and nothing falls back.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "dtype.h"
 #include "error.h"
 #include "registry.h"
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 
-#ifndef FA_VERSION_STRING
-#define FA_VERSION_STRING "0.1.0"
-#endif
-
 const char *fa_version(void) { return FA_VERSION_STRING; }
+int fa_version_number(void) { return FA_VERSION_NUMBER; }
 
 void fa_attention_init(fa_attention *a) {
   if (!a) return;
   memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
   a->window_left = -1;
   a->window_right = -1;
 }
@@ -30,123 +33,302 @@ struct fa_plan {
   int slot; // which of the context's backends runs it
   const fa_kernel *kernel;
   fa_problem prob;
+  fa_layout layout;
   fa_plan_data data;
 };
 
+static const fa_backend *slot_backend(const fa_context *ctx, int slot) {
+  return fa_registry_at(ctx->idx[slot])->backend;
+}
+
 static const fa_backend *plan_backend(const struct fa_plan *p) {
-  return fa_registry_at(p->ctx->idx[p->slot])->backend;
+  return slot_backend(p->ctx, p->slot);
 }
 
-/* The problem's arrays as the checks see them. In host memory they are the
-   caller's; in a GPU memory space the core copies cu_seqlens_q/k, seqused_k
-   and block_table to the host through the backend (a synchronous copy on
-   the context's stream), validates the copies and checks the tensors
-   against them (varlen tensor extents need the total row count). The
-   backend still receives the caller's problem, with device pointers. */
-typedef struct checked_arrays {
-  fa_problem prob; // the problem with host-readable arrays
-  int32_t *mem;    // host copies (NULL in host memory); free() it
-} checked_arrays;
+static int host_memory(const fa_context *ctx) {
+  return slot_backend(ctx, 0)->memory_space == FA_MEMORY_HOST;
+}
 
-/* After the arrays passed their checks: the varlen storage row counts. */
-static fa_status checked_rows(fa_problem *p, fa_status s) {
-  if (s) return s;
-  const fa_attention *a = &p->a;
-  p->rows_q = a->cu_seqlens_q ? a->cu_seqlens_q[a->batch] : 0;
-  p->rows_k = a->cu_seqlens_k ? a->cu_seqlens_k[a->batch] : 0;
+/* ---- layouts --------------------------------------------------------- */
+
+/* The largest power of two (<= FA_LAYOUT_MAX_ALIGN) dividing x. */
+static int pow2_dividing(uint64_t x) {
+  int a = 1;
+  while (a < FA_LAYOUT_MAX_ALIGN && x % (uint64_t)(2 * a) == 0) a *= 2;
+  return a;
+}
+
+/* The alignment class of one tensor: its address and its strides in bytes.
+   An unset tensor (data NULL) does not constrain it. */
+static int tensor_align(const fa_tensor *t) {
+  if (!t->data) return FA_LAYOUT_MAX_ALIGN;
+  const uint64_t es = fa_dtype_size(t->dtype) ? fa_dtype_size(t->dtype) : 1;
+  uint64_t bits = (uint64_t)(uintptr_t)t->data;
+  const int64_t st[3] = {t->stride_batch, t->stride_seq, t->stride_head};
+  for (int i = 0; i < 3; i++)
+    if (st[i] > 0) bits |= (uint64_t)st[i] * es;
+  return bits ? pow2_dividing(bits) : FA_LAYOUT_MAX_ALIGN;
+}
+
+static void layout_finish(fa_layout *l) {
+  const fa_tensor *ts[8] = {&l->q, &l->k,  &l->v,  &l->o,
+                            &l->d_o, &l->dq, &l->dk, &l->dv};
+  int a = FA_LAYOUT_MAX_ALIGN;
+  for (int i = 0; i < 8; i++) {
+    int x = tensor_align(ts[i]);
+    if (x < a) a = x;
+  }
+  l->align = a;
+}
+
+/* A call's tensor against the planned one: same dtype and strides, at
+   least as aligned, and a descale exactly where the plan had one. */
+static fa_status layout_match(const char *name, const fa_tensor *call,
+                              const fa_tensor *plan, int align) {
+  if (call->dtype != plan->dtype)
+    return fa_fail(INVALID, "%s.dtype=%s, but the plan was made for %s", name,
+                   fa_dtype_name(call->dtype), fa_dtype_name(plan->dtype));
+  static const char *axis[3] = {"stride_batch", "stride_seq", "stride_head"};
+  const int64_t cs[3] = {call->stride_batch, call->stride_seq,
+                         call->stride_head};
+  const int64_t ps[3] = {plan->stride_batch, plan->stride_seq,
+                         plan->stride_head};
+  for (int i = 0; i < 3; i++)
+    if (cs[i] != ps[i])
+      return fa_fail(INVALID,
+                     "%s.%s=%lld differs from the plan's %lld (a plan runs "
+                     "the layout it was made for: make one for this layout)",
+                     name, axis[i], (long long)cs[i], (long long)ps[i]);
+  if (!call->descale != !plan->descale ||
+      call->descale_per_head != plan->descale_per_head)
+    return fa_fail(INVALID,
+                   "%s.descale (%s) differs from the plan's (%s)", name,
+                   call->descale ? call->descale_per_head ? "per head"
+                                                          : "one value"
+                                 : "none",
+                   plan->descale ? plan->descale_per_head ? "per head"
+                                                          : "one value"
+                                 : "none");
+  if (call->data && tensor_align(call) < align)
+    return fa_fail(INVALID,
+                   "%s.data=%p is aligned to %d bytes, less than the %d the "
+                   "plan's kernel was chosen for",
+                   name, call->data, tensor_align(call), align);
   return FA_OK;
 }
 
-static fa_status copy_array(const struct fa_plan *p, int32_t **at,
-                            const int32_t **field, size_t n) {
-  if (!*field || !n) return FA_OK;
-  const fa_backend *b = plan_backend(p);
-  fa_status s = b->copy_to_host(p->ctx->state[p->slot], *at, *field, n * 4);
-  if (s) return s; // the backend recorded why
-  *field = *at;
-  *at += n;
-  return FA_OK;
-}
-
-static fa_status check_arrays(const struct fa_plan *p, checked_arrays *c) {
-  c->prob = p->prob;
-  c->mem = NULL;
-  if (plan_backend(p)->memory_space == FA_MEMORY_HOST)
-    return checked_rows(&c->prob, fa_problem_check_arrays(&c->prob));
-  fa_attention *a = &c->prob.a;
-  size_t nb = (size_t)a->batch;
-  size_t n_cuq = a->cu_seqlens_q ? nb + 1 : 0;
-  size_t n_cuk = a->cu_seqlens_k ? nb + 1 : 0;
-  size_t n_used = a->seqused_k ? nb : 0;
-  size_t n_table = a->block_table ? nb * (size_t)a->max_blocks_per_seq : 0;
-  size_t total = n_cuq + n_cuk + n_used + n_table;
-  if (!total) return FA_OK;
-  c->mem = malloc(total * sizeof(int32_t));
-  if (!c->mem)
-    return fa_fail(FA_ERR_OUT_OF_MEMORY,
-                   "host copies of the problem's arrays (%zu bytes): out of "
-                   "memory",
-                   total * sizeof(int32_t));
-  int32_t *at = c->mem;
-  fa_status s;
-  if ((s = copy_array(p, &at, &a->cu_seqlens_q, n_cuq)) ||
-      (s = copy_array(p, &at, &a->cu_seqlens_k, n_cuk)) ||
-      (s = copy_array(p, &at, &a->seqused_k, n_used)) ||
-      (s = copy_array(p, &at, &a->block_table, n_table)))
-    return s;
-  return checked_rows(&c->prob, fa_problem_check_arrays(&c->prob));
-}
-
-/* The problem a kernel receives: the caller's (device pointers) with the
-   storage row counts the checks read from the host copies. */
-static fa_problem kernel_problem(const struct fa_plan *p,
-                                 const checked_arrays *c) {
-  fa_problem k = p->prob;
-  k.rows_q = c->prob.rows_q;
-  k.rows_k = c->prob.rows_k;
-  return k;
-}
-
-static fa_status plan_build(fa_context *ctx, const fa_attention *a,
-                            fa_dtype dtype, int need_backward,
-                            struct fa_plan *p) {
-  if (!ctx) return fa_fail(INVALID, "ctx is NULL");
-  fa_status s = fa_problem_init(&p->prob, a, dtype);
-  if (s) return s;
-  p->ctx = ctx;
-  s = fa_dispatch(ctx, &p->prob, need_backward, &p->slot, &p->kernel);
-  if (s) return s;
-  fa_caps caps = {0};
-  plan_backend(p)->capabilities(ctx->state[p->slot], &caps);
-  if (need_backward) caps.pack_gqa = 0; // backward tiles are one head each
-  fa_plan_compute(&p->prob, &caps, &p->data);
-  if (fa_log_dispatch()) {
-    char d[256];
-    fa_plan_data_describe(&p->data, d, sizeof d);
-    fa_log("  plan: %s", d);
+static fa_status layout_matches(const struct fa_plan *p, const fa_layout *c) {
+  static const char *names[8] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
+  const fa_tensor *call[8] = {&c->q, &c->k, &c->v, &c->o,
+                              &c->d_o, &c->dq, &c->dk, &c->dv};
+  const fa_layout *l = &p->layout;
+  const fa_tensor *plan[8] = {&l->q, &l->k, &l->v, &l->o,
+                              &l->d_o, &l->dq, &l->dk, &l->dv};
+  const int n = l->op == FA_OP_BACKWARD ? 8 : 4;
+  for (int i = 0; i < n; i++) {
+    fa_status s = layout_match(names[i], call[i], plan[i], l->align);
+    if (s) return s;
   }
   return FA_OK;
 }
 
-static fa_status plan_run_forward(struct fa_plan *p, fa_tensor q, fa_tensor k,
-                                  fa_tensor v, fa_tensor o, float *lse) {
-  checked_arrays c;
-  fa_status s = check_arrays(p, &c);
-  if (!s) s = fa_problem_check_forward(&c.prob, &q, &k, &v, &o, lse);
-  free(c.mem);
+/* ---- what is checked, and where ----------------------------------------
+   In host memory the problem's arrays and the descales are the caller's and
+   are validated on every call (cheap next to the attention). In a GPU
+   memory space they are validated only in checked mode, on host copies
+   made through the backend (a synchronous copy on the context's stream);
+   otherwise the kernels' own bounds (clamping, see the header) keep every
+   access inside the tensors. */
+
+typedef struct host_view {
+  fa_problem prob;        // the problem with host-readable arrays
+  fa_tensor q, k, v;      // the inputs with host-readable descales
+  void *mem;              // host copies (NULL in host memory); free() it
+} host_view;
+
+static int checking(const fa_context *ctx) {
+  return host_memory(ctx) || ctx->checked || fa_config_int("FA_CHECKED");
+}
+
+/* Copy n elements of size es at *field into the host buffer at *at and
+   point *field there. */
+static fa_status copy_field(const struct fa_plan *p, char **at,
+                            const void **field, size_t n, size_t es) {
+  if (!*field || !n) return FA_OK;
+  const fa_backend *b = plan_backend(p);
+  fa_status s = b->copy_to_host(p->ctx->state[p->slot], *at, *field, n * es);
+  if (s) return s; // the backend recorded why
+  *field = *at;
+  *at += (n * es + 7) / 8 * 8;
+  return FA_OK;
+}
+
+static fa_status host_copies(const struct fa_plan *p, host_view *h) {
+  fa_attention *a = &h->prob.a;
+  const size_t nb = (size_t)a->batch;
+  const fa_tensor *in[3] = {&h->q, &h->k, &h->v};
+  struct {
+    const void **field;
+    size_t n, es;
+  } f[9] = {
+      {(const void **)&a->cu_seqlens_q, a->cu_seqlens_q ? nb + 1 : 0, 4},
+      {(const void **)&a->cu_seqlens_k, a->cu_seqlens_k ? nb + 1 : 0, 4},
+      {(const void **)&a->seqused_k, a->seqused_k ? nb : 0, 4},
+      {(const void **)&a->block_table,
+       a->block_table ? nb * (size_t)a->max_blocks_per_seq : 0, 4},
+      {(const void **)&a->q_positions, a->q_positions ? nb : 0, 8},
+      {(const void **)&a->k_positions, a->k_positions ? nb : 0, 8},
+  };
+  for (int i = 0; i < 3; i++) {
+    fa_tensor *t = (fa_tensor *)in[i];
+    f[6 + i].field = (const void **)&t->descale;
+    f[6 + i].n = !t->descale ? 0
+                 : t->descale_per_head ? nb * (size_t)a->heads_kv
+                                       : 1;
+    f[6 + i].es = 4;
+  }
+  size_t total = 0;
+  for (int i = 0; i < 9; i++) total += (f[i].n * f[i].es + 7) / 8 * 8;
+  if (!total) return FA_OK;
+  h->mem = malloc(total);
+  if (!h->mem)
+    return fa_fail(FA_ERR_OUT_OF_MEMORY,
+                   "host copies of the problem's arrays (%zu bytes): out of "
+                   "memory",
+                   total);
+  char *at = h->mem;
+  for (int i = 0; i < 9; i++) {
+    fa_status s = copy_field(p, &at, f[i].field, f[i].n, f[i].es);
+    if (s) return s;
+  }
+  return FA_OK;
+}
+
+/* Validate what can be validated here: the arrays and descales (host
+   memory, or copies in checked mode), then the storage rows of varlen
+   tensors. Fills p->prob.rows_q/rows_k for the tensor checks. */
+static fa_status check_problem_data(struct fa_plan *p, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v) {
+  fa_problem *pr = &p->prob;
+  const fa_attention *a = &pr->a;
+  if (!checking(p->ctx)) {
+    if ((pr->varlen_q && a->rows_q < 1) || (pr->varlen_k && a->rows_k < 1))
+      return fa_fail(INVALID,
+                     "%s=0 with cu_seqlens on a GPU context: set rows_q / "
+                     "rows_k to the storage rows (cu_seqlens[batch]); the "
+                     "library does not read device arrays on the hot path",
+                     pr->varlen_q && a->rows_q < 1 ? "rows_q" : "rows_k");
+    pr->rows_q = a->rows_q;
+    pr->rows_k = a->rows_k;
+    return FA_OK;
+  }
+  host_view h = {*pr, *q, *k, *v, NULL};
+  fa_status s = host_memory(p->ctx) ? FA_OK : host_copies(p, &h);
+  if (!s) s = fa_problem_check_arrays(&h.prob);
+  if (!s) s = fa_problem_check_descales(&h.prob, &h.q, &h.k, &h.v);
+  if (!s) {
+    pr->rows_q = pr->varlen_q ? h.prob.a.cu_seqlens_q[a->batch] : 0;
+    pr->rows_k = pr->varlen_k ? h.prob.a.cu_seqlens_k[a->batch] : 0;
+  }
+  free(h.mem);
+  return s;
+}
+
+static fa_status check_tensors(struct fa_plan *p, const fa_layout *l,
+                               const float *lse) {
+  if (l->op == FA_OP_BACKWARD)
+    return fa_problem_check_backward(&p->prob, &l->q, &l->k, &l->v, &l->o,
+                                     &l->d_o, lse, &l->dq, &l->dk, &l->dv);
+  return fa_problem_check_forward(&p->prob, &l->q, &l->k, &l->v, &l->o, lse);
+}
+
+/* ---- plans -------------------------------------------------------------- */
+
+static fa_status plan_build(fa_context *ctx, const fa_attention *a,
+                            const fa_layout *layout, struct fa_plan *p) {
+  if (!ctx) return fa_fail(INVALID, "ctx is NULL");
+  fa_status s = fa_problem_init(&p->prob, a, layout->q.dtype);
   if (s) return s;
-  fa_fwd_args args = {q, k, v, o, lse};
-  fa_problem kp = kernel_problem(p, &c);
-  return p->kernel->forward(p->ctx->state[p->slot], &kp, &p->data, &args);
+  p->ctx = ctx;
+  p->slot = 0;
+  p->layout = *layout;
+  p->prob.dtype_out = layout->o.dtype;
+  p->prob.descaled = layout->q.descale || layout->k.descale ||
+                     layout->v.descale;
+  // Tensors first (with the array checks they need), so that a kernel's
+  // admission sees only valid layouts. The plan's LSE is not known yet:
+  // each run checks it.
+  if ((s = check_problem_data(p, &layout->q, &layout->k, &layout->v)) ||
+      (s = check_tensors(p, layout, NULL)))
+    return s;
+  if ((s = fa_dispatch(ctx, &p->prob, &p->layout, &p->slot, &p->kernel)))
+    return s;
+  const fa_kernel_query q = {&p->prob, &p->layout, ctx->state[p->slot]};
+  if ((s = p->kernel->plan(&q, &p->data))) return s;
+  if (fa_log_dispatch()) {
+    char d[384];
+    fa_plan_data_describe(&p->data, d, sizeof d);
+    fa_log("  plan: %s %s: %s", plan_backend(p)->name, p->kernel->name, d);
+  }
+  return FA_OK;
+}
+
+static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
+                          float *lse_out, const float *lse_in) {
+  fa_status s = layout_matches(p, call);
+  if (s) return s;
+  if (call->op == FA_OP_BACKWARD && !lse_in)
+    return fa_fail(INVALID,
+                   "lse is NULL: backward needs the LSE forward produced");
+  if ((s = check_problem_data(p, &call->q, &call->k, &call->v)) ||
+      (s = check_tensors(p, call,
+                         call->op == FA_OP_BACKWARD ? lse_in : lse_out)))
+    return s;
+  void *state = p->ctx->state[p->slot];
+  if (call->op == FA_OP_BACKWARD) {
+    fa_bwd_args args = {call->q,  call->k,  call->v,  call->o,
+                        call->d_o, lse_in,  call->dq, call->dk,
+                        call->dv, p->prob.a.dsinks};
+    return p->kernel->backward(state, &p->prob, &p->data, &args);
+  }
+  fa_fwd_args args = {call->q, call->k, call->v, call->o, lse_out};
+  return p->kernel->forward(state, &p->prob, &p->data, &args);
+}
+
+static fa_layout forward_layout(fa_tensor q, fa_tensor k, fa_tensor v,
+                                fa_tensor o) {
+  fa_layout l;
+  memset(&l, 0, sizeof l);
+  l.op = FA_OP_FORWARD;
+  l.q = q;
+  l.k = k;
+  l.v = v;
+  l.o = o;
+  layout_finish(&l);
+  return l;
+}
+
+static fa_layout backward_layout(fa_tensor q, fa_tensor k, fa_tensor v,
+                                 fa_tensor o, fa_tensor d_o, fa_tensor dq,
+                                 fa_tensor dk, fa_tensor dv) {
+  fa_layout l = forward_layout(q, k, v, o);
+  l.op = FA_OP_BACKWARD;
+  l.d_o = d_o;
+  l.dq = dq;
+  l.dk = dk;
+  l.dv = dv;
+  layout_finish(&l);
+  return l;
 }
 
 fa_status fa_forward(fa_context *ctx, const fa_attention *a, fa_tensor q,
                      fa_tensor k, fa_tensor v, fa_tensor o, float *lse) {
   fa_clear_error();
   struct fa_plan p;
-  fa_status s = plan_build(ctx, a, q.dtype, 0, &p);
+  const fa_layout l = forward_layout(q, k, v, o);
+  fa_status s = plan_build(ctx, a, &l, &p);
   if (s) return s;
-  return plan_run_forward(&p, q, k, v, o, lse);
+  return plan_run(&p, &l, lse, NULL);
 }
 
 fa_status fa_backward(fa_context *ctx, const fa_attention *a, fa_tensor q,
@@ -155,51 +337,74 @@ fa_status fa_backward(fa_context *ctx, const fa_attention *a, fa_tensor q,
                       fa_tensor dv) {
   fa_clear_error();
   struct fa_plan p;
-  fa_status s = plan_build(ctx, a, q.dtype, 1, &p);
+  const fa_layout l = backward_layout(q, k, v, o, d_o, dq, dk, dv);
+  fa_status s = plan_build(ctx, a, &l, &p);
   if (s) return s;
-  checked_arrays c;
-  s = check_arrays(&p, &c);
-  if (!s)
-    s = fa_problem_check_backward(&c.prob, &q, &k, &v, &o, &d_o, lse, &dq,
-                                  &dk, &dv);
-  free(c.mem);
-  if (s) return s;
-  fa_bwd_args args = {q, k, v, o, d_o, lse, dq, dk, dv};
-  fa_problem kp = kernel_problem(&p, &c);
-  return p.kernel->backward(ctx->state[p.slot], &kp, &p.data, &args);
+  return plan_run(&p, &l, NULL, lse);
 }
 
-fa_status fa_plan_create(fa_context *ctx, const fa_attention *a,
-                         fa_dtype dtype, fa_plan **plan) {
+static fa_status plan_keep(const struct fa_plan *p, fa_plan **out) {
+  struct fa_plan *h = malloc(sizeof *h);
+  if (!h) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
+  *h = *p;
+  *out = h;
+  return FA_OK;
+}
+
+fa_status fa_plan_create(fa_context *ctx, const fa_attention *a, fa_tensor q,
+                         fa_tensor k, fa_tensor v, fa_tensor o,
+                         fa_plan **plan) {
   fa_clear_error();
   if (!plan) return fa_fail(INVALID, "plan (the output pointer) is NULL");
   struct fa_plan p;
-  fa_status s = plan_build(ctx, a, dtype, 0, &p);
-  if (s) return s;
-  checked_arrays c;
-  s = check_arrays(&p, &c);
-  free(c.mem);
-  if (s) return s;
-  struct fa_plan *h = malloc(sizeof *h);
-  if (!h) return fa_fail(FA_ERR_OUT_OF_MEMORY, "plan allocation failed");
-  *h = p;
-  *plan = h;
-  return FA_OK;
+  const fa_layout l = forward_layout(q, k, v, o);
+  fa_status s = plan_build(ctx, a, &l, &p);
+  return s ? s : plan_keep(&p, plan);
+}
+
+fa_status fa_plan_create_backward(fa_context *ctx, const fa_attention *a,
+                                  fa_tensor q, fa_tensor k, fa_tensor v,
+                                  fa_tensor o, fa_tensor d_o, fa_tensor dq,
+                                  fa_tensor dk, fa_tensor dv, fa_plan **plan) {
+  fa_clear_error();
+  if (!plan) return fa_fail(INVALID, "plan (the output pointer) is NULL");
+  struct fa_plan p;
+  const fa_layout l = backward_layout(q, k, v, o, d_o, dq, dk, dv);
+  fa_status s = plan_build(ctx, a, &l, &p);
+  return s ? s : plan_keep(&p, plan);
 }
 
 fa_status fa_plan_forward(fa_plan *p, fa_tensor q, fa_tensor k, fa_tensor v,
                           fa_tensor o, float *lse) {
   fa_clear_error();
   if (!p) return fa_fail(INVALID, "plan is NULL");
-  return plan_run_forward(p, q, k, v, o, lse);
+  if (p->layout.op != FA_OP_FORWARD)
+    return fa_fail(INVALID, "the plan is a backward plan: run it with "
+                            "fa_plan_backward()");
+  const fa_layout l = forward_layout(q, k, v, o);
+  return plan_run(p, &l, lse, NULL);
+}
+
+fa_status fa_plan_backward(fa_plan *p, fa_tensor q, fa_tensor k, fa_tensor v,
+                           fa_tensor o, fa_tensor d_o, const float *lse,
+                           fa_tensor dq, fa_tensor dk, fa_tensor dv) {
+  fa_clear_error();
+  if (!p) return fa_fail(INVALID, "plan is NULL");
+  if (p->layout.op != FA_OP_BACKWARD)
+    return fa_fail(INVALID, "the plan is a forward plan: make one with "
+                            "fa_plan_create_backward()");
+  const fa_layout l = backward_layout(q, k, v, o, d_o, dq, dk, dv);
+  return plan_run(p, &l, NULL, lse);
 }
 
 size_t fa_plan_describe(const fa_plan *p, char *buf, size_t len) {
-  char tiles[256];
+  char tiles[384];
   if (!p) return (size_t)snprintf(buf, len, "(null plan)");
   fa_plan_data_describe(&p->data, tiles, sizeof tiles);
-  int n = snprintf(buf, len, "backend=%s kernel=%s %s", plan_backend(p)->name,
-                   p->kernel->name, tiles);
+  int n = snprintf(buf, len, "backend=%s kernel=%s op=%s align=%d %s",
+                   plan_backend(p)->name, p->kernel->name,
+                   p->layout.op == FA_OP_BACKWARD ? "backward" : "forward",
+                   p->layout.align, tiles);
   return n < 0 ? 0 : (size_t)n;
 }
 
@@ -232,13 +437,14 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
     fa_clear_error(); // explaining is not failing
     return t.used;
   }
-  char desc[384];
+  char desc[512];
   fa_problem_describe(&p, desc, sizeof desc);
   text_add(&t, "problem: %s\n", desc);
 
   int idx[FA_MAX_BACKENDS], n = 0, forced = 0;
   if (fa_select_backends(FA_BACKEND_AUTO, 0, idx, &n, &forced))
     text_add(&t, "auto: %s\n", fa_last_error());
+  const fa_kernel_query q = {&p, NULL, NULL};
   int taken = 0;
   for (int i = 0; i < fa_registry_size(); i++) {
     const fa_registry_entry *e = fa_registry_at(i);
@@ -249,29 +455,41 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
     }
     int in_auto = 0;
     for (int j = 0; j < n; j++) in_auto |= idx[j] == i;
+    // The backend's choice: its best-scoring accepting kernel.
+    const fa_kernel *best = NULL;
+    int best_score = 0;
     for (int k = 0; k < b->num_kernels; k++) {
-      char why[192] = "";
-      int ok = b->kernels[k].supports(&p, why, sizeof why);
-      if (!ok) {
-        text_add(&t, "%s %s: skipped: %s\n", b->name, b->kernels[k].name, why);
+      const fa_kernel *kr = &b->kernels[k];
+      if (!kr->supports(&q, NULL, 0)) continue;
+      int sc = kr->score ? kr->score(&q) : 0;
+      if (!best || sc > best_score) {
+        best = kr;
+        best_score = sc;
+      }
+    }
+    for (int k = 0; k < b->num_kernels; k++) {
+      const fa_kernel *kr = &b->kernels[k];
+      char why[256] = "";
+      if (!kr->supports(&q, why, sizeof why)) {
+        text_add(&t, "%s %s: skipped: %s\n", b->name, kr->name, why);
       } else if (!in_auto) {
-        text_add(&t, "%s %s: supports it, but %s\n", b->name,
-                 b->kernels[k].name,
-                 forced ? "FLASHATTN_BACKEND forces another backend"
+        text_add(&t, "%s %s: supports it, but %s\n", b->name, kr->name,
+                 forced ? "FA_BACKEND forces another backend"
                         : "AUTO uses another memory space (create the context "
                           "by name to use it)");
-      } else if (taken) {
-        text_add(&t, "%s %s: supports it, but a better kernel is taken\n",
-                 b->name, b->kernels[k].name);
+      } else if (taken || kr != best) {
+        text_add(&t, "%s %s: supports it, but %s is taken\n", b->name,
+                 kr->name, taken ? "a better backend's kernel" : best->name);
       } else {
-        fa_caps caps = {0};
         fa_plan_data d;
-        char tiles[256];
-        b->capabilities(NULL, &caps);
-        fa_plan_compute(&p, &caps, &d);
+        char tiles[384];
+        if (kr->plan(&q, &d)) {
+          text_add(&t, "%s %s: would be taken, but its plan fails: %s\n",
+                   b->name, kr->name, fa_last_error());
+          continue;
+        }
         fa_plan_data_describe(&d, tiles, sizeof tiles);
-        text_add(&t, "%s %s: taken (%s)\n", b->name, b->kernels[k].name,
-                 tiles);
+        text_add(&t, "%s %s: taken (%s)\n", b->name, kr->name, tiles);
         taken = 1;
       }
     }

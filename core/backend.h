@@ -154,4 +154,10 @@ typedef const fa_backend *const *(*fa_module_entry_fn)(
     const fa_core_services *core, int *count);
 #define FA_MODULE_ENTRY "fa_module_backends"
 
+/* The CPU backends compiled into this library (backends/cpu: one per ISA
+   the build has, best ranked first): the core names no ISA. */
+#ifdef FA_HAVE_CPU
+const fa_backend *const *fa_cpu_backends(int *count);
+#endif
+
 #endif

@@ -16,6 +16,10 @@ const char *fa_config_string(const char *name);
    ("1", "2"); 1 for any other non-numeric value ("on", "yes"). */
 long fa_config_int(const char *name);
 
+/* The environment variable switch `name` was read from: its name, or its
+   0.1 alias ("FLASHATTN_BACKEND" for FA_BACKEND); NULL if unset. */
+const char *fa_config_source(const char *name);
+
 /* The table with the values read, one "NAME=value (source)" line per
    switch, snprintf-style. */
 size_t fa_config_describe(char *buf, size_t len);

@@ -39,10 +39,35 @@ fa_status fa_context_create(fa_context **ctx, fa_backend_kind kind,
   return context_open(ctx, idx, n, forced, device);
 }
 
-fa_status fa_context_create_by_name(fa_context **ctx, const char *name) {
+/* "name" or "name:N" (device N of a GPU backend). */
+static fa_status split_device(const char *full, char *name, size_t len,
+                              int *device) {
+  const char *colon = strrchr(full, ':');
+  *device = 0;
+  size_t n = colon ? (size_t)(colon - full) : strlen(full);
+  if (n >= len)
+    return fa_fail(INVALID, "name \"%s\" is too long", full);
+  memcpy(name, full, n);
+  name[n] = '\0';
+  if (!colon) return FA_OK;
+  char *end;
+  long d = strtol(colon + 1, &end, 10);
+  if (end == colon + 1 || *end || d < 0 || d > 1 << 20)
+    return fa_fail(INVALID,
+                   "name \"%s\": the device after ':' must be a number "
+                   ">= 0", full);
+  *device = (int)d;
+  return FA_OK;
+}
+
+fa_status fa_context_create_by_name(fa_context **ctx, const char *full) {
   fa_clear_error();
   if (!ctx) return fa_fail(INVALID, "ctx (the output pointer) is NULL");
-  if (!name) return fa_fail(INVALID, "name is NULL");
+  if (!full) return fa_fail(INVALID, "name is NULL");
+  char name[128];
+  int device;
+  fa_status ds = split_device(full, name, sizeof name, &device);
+  if (ds) return ds;
   int i = fa_registry_find(name);
   const fa_kernel *kernel = NULL;
   for (int j = 0; i < 0 && j < fa_registry_size(); j++) {
@@ -62,10 +87,13 @@ fa_status fa_context_create_by_name(fa_context **ctx, const char *name) {
   if (!e->usable)
     return fa_fail(FA_ERR_NO_DEVICE, "backend \"%s\" is not usable here: %s",
                    name, e->why);
+  if (e->backend->memory_space == FA_MEMORY_HOST && device != 0)
+    return fa_fail(FA_ERR_NO_DEVICE,
+                   "\"%s\": CPU backends have only device 0", full);
   if (fa_log_dispatch())
-    fa_log("context bound to %s %s by name", kernel ? "kernel" : "backend",
-           name);
-  fa_status s = context_open(ctx, &i, 1, 1, 0);
+    fa_log("context bound to %s %s by name (device %d)",
+           kernel ? "kernel" : "backend", name, device);
+  fa_status s = context_open(ctx, &i, 1, 1, device);
   if (!s) (*ctx)->only_kernel = kernel;
   return s;
 }
@@ -101,6 +129,15 @@ fa_status fa_context_set_stream(fa_context *ctx, void *stream) {
     fa_status s = b->set_stream(ctx->state[i], stream);
     if (s) return s;
   }
+  return FA_OK;
+}
+
+fa_status fa_context_set_checked(fa_context *ctx, int on) {
+  fa_clear_error();
+  if (!ctx) return fa_fail(INVALID, "ctx is NULL");
+  if (on != 0 && on != 1)
+    return fa_fail(INVALID, "on=%d must be 0 or 1", on);
+  ctx->checked = on;
   return FA_OK;
 }
 

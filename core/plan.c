@@ -5,6 +5,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* In 64 bits: lengths near INT_MAX are valid and must not overflow. */
 static int64_t round_up(int64_t x, int m) { return (x + m - 1) / m * m; }
@@ -28,6 +29,7 @@ static int ceil_div(int a, int b) { return (int)(((int64_t)a + b - 1) / b); }
 
 void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
                      fa_plan_data *out) {
+  memset(out, 0, sizeof *out);
   const fa_attention *a = &p->a;
   int align = caps->tile_align > 0 ? caps->tile_align : 1;
   int dpad = (int)round_up(a->head_dim, align),
@@ -112,16 +114,24 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
     return;
   }
   int64_t visited = 0;
+  const int64_t shift = fa_plan_shift(p);
   for (int qb = 0; qb < out->num_q_blocks; qb++) {
     int kb0, kb1;
-    fa_plan_kv_blocks(p, out, a->seqlen_q, a->seqlen_k, qb, &kb0, &kb1);
+    fa_plan_kv_blocks(p, out, shift, a->seqlen_q, a->seqlen_k, qb, &kb0,
+                      &kb1);
     if (kb1 > kb0) visited += kb1 - kb0;
   }
   out->blocks_visited = mul_sat(mul_sat(visited, a->batch), a->heads_q);
 }
 
-void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
-                       int sk, int qb, int *kb_begin, int *kb_end) {
+int64_t fa_plan_shift(const fa_problem *p) {
+  if (p->explicit_positions) return p->a.q_position - p->a.k_position;
+  return p->top_left ? 0 : (int64_t)p->a.seqlen_k - p->a.seqlen_q;
+}
+
+void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan,
+                       int64_t shift, int sq, int sk, int qb, int *kb_begin,
+                       int *kb_end) {
   int r0 = qb * plan->block_rows;
   int r1 = (int64_t)r0 + plan->block_rows < sq ? r0 + plan->block_rows : sq;
   *kb_begin = *kb_end = 0;
@@ -130,8 +140,8 @@ void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
   // of a block see form one interval: first row's lower edge to the last
   // row's upper edge (rows clipped empty lie only at the block's ends).
   int lo, hi_first, lo_last, hi;
-  fa_visible_keys(p, r0, sq, sk, &lo, &hi_first);
-  fa_visible_keys(p, r1 - 1, sq, sk, &lo_last, &hi);
+  fa_visible_keys(p, shift, r0, sk, &lo, &hi_first);
+  fa_visible_keys(p, shift, r1 - 1, sk, &lo_last, &hi);
   if (hi <= lo) return;
   *kb_begin = lo / plan->block_k;
   *kb_end = (int)(((int64_t)hi + plan->block_k - 1) / plan->block_k);
@@ -173,12 +183,14 @@ size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {
                    "block_q=%d (%d rows x %d heads) block_k=%d "
                    "head_dim_pad=%d head_dim_v_pad=%d "
                    "q_blocks=%d k_blocks=%d kv_splits=%d work_items=%lld "
-                   "blocks_visited=%lld/%lld (%.1f%% skipped)",
+                   "blocks_visited=%lld/%lld (%.1f%% skipped) "
+                   "workspace=%zu",
                    plan->block_q, plan->block_rows, plan->pack_group,
                    plan->block_k, plan->head_dim_pad,
                    plan->head_dim_v_pad, plan->num_q_blocks,
                    plan->num_k_blocks, plan->num_splits,
                    (long long)plan->num_work, (long long)plan->blocks_visited,
-                   (long long)plan->blocks_total, skipped);
+                   (long long)plan->blocks_total, skipped,
+                   plan->workspace_bytes);
   return n < 0 ? 0 : (size_t)n;
 }

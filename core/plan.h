@@ -39,17 +39,25 @@ typedef struct fa_plan_data {
   int64_t blocks_visited;        // pairs visited after causal/window skipping
                                  // (= blocks_total past 2^20 q blocks)
                                  // (at the max lengths; varlen varies)
+  size_t workspace_bytes;        // scratch the kernel uses per call (the
+                                 // context's workspace grows to it once)
 } fa_plan_data;
 
 /* Fill *out for problem p on hardware caps. Never fails. */
 void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
                      fa_plan_data *out);
 
-/* The kv blocks q block qb of a sequence with lengths (sq, sk) must visit:
-   [*kb_begin, *kb_end); empty when begin >= end. Blocks wholly outside every
-   row's window are skipped. */
-void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan, int sq,
-                       int sk, int qb, int *kb_begin, int *kb_end);
+/* The kv blocks q block qb of a sequence with lengths (sq, sk) and diagonal
+   offset shift (fa_diag_shift) must visit: [*kb_begin, *kb_end); empty when
+   begin >= end. Blocks wholly outside every row's window are skipped. */
+void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan,
+                       int64_t shift, int sq, int sk, int qb, int *kb_begin,
+                       int *kb_end);
+
+/* The diagonal offset a plan's counts assume: the problem's at the maximum
+   lengths, per-sequence position arrays left out (they may be device
+   memory). */
+int64_t fa_plan_shift(const fa_problem *p);
 
 /* Split `split` of num_splits over the blocks [begin, end): contiguous,
    balanced to within one block, possibly empty. */

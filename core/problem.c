@@ -12,10 +12,49 @@
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 
+static int position_ok(int64_t x) {
+  return x > -FA_POSITION_LIMIT && x < FA_POSITION_LIMIT;
+}
+
+/* The scalar position fields; per-sequence arrays are checked with the
+   other arrays (fa_problem_check_arrays). */
+static fa_status check_positions(const fa_attention *a) {
+  if (a->positions != FA_POSITIONS_ALIGNED &&
+      a->positions != FA_POSITIONS_EXPLICIT)
+    return fa_fail(INVALID,
+                   "positions=%d must be FA_POSITIONS_ALIGNED (0) or "
+                   "FA_POSITIONS_EXPLICIT (1)",
+                   a->positions);
+  if (a->positions == FA_POSITIONS_ALIGNED) {
+    if (a->q_position || a->k_position || a->q_positions || a->k_positions)
+      return fa_fail(INVALID,
+                     "q_position/k_position/q_positions/k_positions are set "
+                     "but positions is FA_POSITIONS_ALIGNED (set positions = "
+                     "FA_POSITIONS_EXPLICIT to use them)");
+    return FA_OK;
+  }
+  if (!position_ok(a->q_position))
+    return fa_fail(INVALID, "q_position=%lld: |position| must be < 2^40",
+                   (long long)a->q_position);
+  if (!position_ok(a->k_position))
+    return fa_fail(INVALID, "k_position=%lld: |position| must be < 2^40",
+                   (long long)a->k_position);
+  return FA_OK;
+}
+
 fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
                           fa_dtype dtype) {
   if (!in) return fa_fail(INVALID, "a (the attention problem) is NULL");
   const fa_attention *a = in;
+  // First, before any other field is read: a struct from another version's
+  // header has its fields elsewhere.
+  if (a->struct_size != sizeof(fa_attention))
+    return fa_fail(INVALID,
+                   "a->struct_size=%zu, but this flashattn %s has a "
+                   "%zu-byte fa_attention: initialise problems with "
+                   "fa_attention_init() and build against the header of the "
+                   "library you run with",
+                   a->struct_size, FA_VERSION_STRING, sizeof(fa_attention));
   if (dtype != FA_F32 && dtype != FA_F16 && dtype != FA_BF16)
     return fa_fail(INVALID, "dtype=%d is not FA_F32, FA_F16 or FA_BF16",
                    (int)dtype);
@@ -91,9 +130,29 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
                    a->page_size, a->max_blocks_per_seq, a->num_pages);
   }
 
+  fa_status s = check_positions(a);
+  if (s) return s;
+  if (a->backward_mode != FA_BACKWARD_OVERWRITE &&
+      a->backward_mode != FA_BACKWARD_ACCUMULATE)
+    return fa_fail(INVALID,
+                   "backward_mode=%d must be FA_BACKWARD_OVERWRITE (0) or "
+                   "FA_BACKWARD_ACCUMULATE (1)",
+                   a->backward_mode);
+  if (a->dsinks && !a->sinks)
+    return fa_fail(INVALID, "dsinks is set but sinks is NULL (there is no "
+                            "sink to differentiate)");
+  if (a->rows_q < 0 || (a->rows_q && !a->cu_seqlens_q))
+    return fa_fail(INVALID, "rows_q=%lld must be 0, or >= 0 with "
+                   "cu_seqlens_q", (long long)a->rows_q);
+  if (a->rows_k < 0 || (a->rows_k && !a->cu_seqlens_k))
+    return fa_fail(INVALID, "rows_k=%lld must be 0, or >= 0 with "
+                   "cu_seqlens_k", (long long)a->rows_k);
+
   memset(p, 0, sizeof *p);
   p->a = *a;
   p->dtype = dtype;
+  p->dtype_out = dtype;
+  p->explicit_positions = a->positions == FA_POSITIONS_EXPLICIT;
   if (p->a.head_dim_v == 0) p->a.head_dim_v = a->head_dim;
   if (p->a.scale == 0.0f) p->a.scale = 1.0f / sqrtf((float)a->head_dim);
   if (a->causal) p->a.window_right = 0;
@@ -123,9 +182,33 @@ static fa_status check_cu_seqlens(const int32_t *cu, int batch, int max_len,
   return FA_OK;
 }
 
+static fa_status check_position_array(const int64_t *x, int64_t base,
+                                     int batch, const char *name,
+                                     const char *base_name) {
+  for (int b = 0; x && b < batch; b++)
+    if (!position_ok(x[b]) || !position_ok(base + x[b]))
+      return fa_fail(INVALID,
+                     "%s[%d]=%lld: |%s + %s[%d]| must be < 2^40", name, b,
+                     (long long)x[b], base_name, name, b);
+  return FA_OK;
+}
+
 fa_status fa_problem_check_arrays(const fa_problem *p) {
   const fa_attention *a = &p->a;
   fa_status s;
+  if ((s = check_position_array(a->q_positions, a->q_position, a->batch,
+                                "q_positions", "q_position")) ||
+      (s = check_position_array(a->k_positions, a->k_position, a->batch,
+                                "k_positions", "k_position")))
+    return s;
+  if (a->rows_q && p->varlen_q && a->rows_q != a->cu_seqlens_q[a->batch])
+    return fa_fail(INVALID, "rows_q=%lld differs from cu_seqlens_q[%d]=%d",
+                   (long long)a->rows_q, a->batch,
+                   a->cu_seqlens_q[a->batch]);
+  if (a->rows_k && p->varlen_k && a->rows_k != a->cu_seqlens_k[a->batch])
+    return fa_fail(INVALID, "rows_k=%lld differs from cu_seqlens_k[%d]=%d",
+                   (long long)a->rows_k, a->batch,
+                   a->cu_seqlens_k[a->batch]);
   if (p->varlen_q && (s = check_cu_seqlens(a->cu_seqlens_q, a->batch,
                                            a->seqlen_q, "cu_seqlens_q",
                                            "seqlen_q")))
@@ -163,15 +246,13 @@ typedef struct view {
   int64_t n[4], s[4]; // batch, seq, heads, dim
 } view;
 
-static int64_t rows_total(const int32_t *cu, int batch) { return cu[batch]; }
-
 static view q_view(const fa_problem *p, const char *name, const fa_tensor *t,
                    int dim) {
   view v = {name, t, {p->a.batch, p->a.seqlen_q, p->a.heads_q, dim},
             {t->stride_batch, t->stride_seq, t->stride_head, 1}};
   if (p->varlen_q) {
     v.n[0] = 1;
-    v.n[1] = rows_total(p->a.cu_seqlens_q, p->a.batch);
+    v.n[1] = p->rows_q; // storage rows, known before the tensors are checked
   }
   return v;
 }
@@ -185,7 +266,7 @@ static view k_view(const fa_problem *p, const char *name, const fa_tensor *t,
     v.n[1] = p->a.page_size;
   } else if (p->varlen_k) {
     v.n[0] = 1;
-    v.n[1] = rows_total(p->a.cu_seqlens_k, p->a.batch);
+    v.n[1] = p->rows_k;
   }
   return v;
 }
@@ -264,10 +345,29 @@ fa_status fa_tensor_check(const char *name, const fa_tensor *t,
   return s;
 }
 
-static fa_status check_view(const fa_problem *p, const view *v, int varlen) {
-  if (v->t->data && v->t->dtype != p->dtype)
-    return fa_fail(INVALID, "%s.dtype=%s does not match the problem's dtype %s",
-                   v->name, fa_dtype_name(v->t->dtype), fa_dtype_name(p->dtype));
+/* Which dtype group a view belongs to and whether it may carry a descale:
+   q, k, v are inputs (input dtype, descale allowed); o, do and the
+   gradients have the output dtype and no descale. */
+enum { VIEW_INPUT = 0, VIEW_OUTPUT_GROUP = 1 };
+
+static fa_status check_view(const fa_problem *p, const view *v, int varlen,
+                            int group) {
+  const fa_dtype want = group == VIEW_INPUT ? p->dtype : p->dtype_out;
+  if (v->t->data && v->t->dtype != want)
+    return fa_fail(INVALID, "%s.dtype=%s does not match the problem's %s "
+                   "dtype %s",
+                   v->name, fa_dtype_name(v->t->dtype),
+                   group == VIEW_INPUT ? "input" : "output",
+                   fa_dtype_name(want));
+  if (group != VIEW_INPUT && v->t->descale)
+    return fa_fail(INVALID, "%s.descale is set: only the inputs q, k, v "
+                   "take descales", v->name);
+  if (v->t->descale_per_head != 0 && v->t->descale_per_head != 1)
+    return fa_fail(INVALID, "%s.descale_per_head=%d must be 0 or 1", v->name,
+                   v->t->descale_per_head);
+  if (v->t->descale_per_head && !v->t->descale)
+    return fa_fail(INVALID, "%s.descale_per_head=1 but %s.descale is NULL",
+                   v->name, v->name);
   fa_status s = check_strides(v);
   if (s) return s;
   if (varlen && v->t->stride_batch != 0)
@@ -275,6 +375,26 @@ static fa_status check_view(const fa_problem *p, const view *v, int varlen) {
                    "%s.stride_batch=%lld must be 0 with cu_seqlens (rows are "
                    "addressed by offset)",
                    v->name, (long long)v->t->stride_batch);
+  return FA_OK;
+}
+
+fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v) {
+  const fa_tensor *ts[3] = {q, k, v};
+  static const char *names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    if (!ts[i] || !ts[i]->descale) continue;
+    int64_t n = ts[i]->descale_per_head
+                    ? (int64_t)p->a.batch * p->a.heads_kv
+                    : 1;
+    for (int64_t j = 0; j < n; j++) {
+      float x = ts[i]->descale[j];
+      if (!(x > 0.0f) || !isfinite(x))
+        return fa_fail(INVALID,
+                       "%s.descale[%lld]=%g must be finite and > 0",
+                       names[i], (long long)j, (double)x);
+    }
+  }
   return FA_OK;
 }
 
@@ -301,10 +421,14 @@ static fa_status check_views(const fa_problem *p, const view *in, int n_in,
                              const int *in_varlen, const view *out, int n_out,
                              const int *out_varlen) {
   fa_status s;
+  // The first three inputs are q, k, v; o and do follow in the backward.
   for (int i = 0; i < n_in; i++)
-    if ((s = check_view(p, &in[i], in_varlen[i]))) return s;
+    if ((s = check_view(p, &in[i], in_varlen[i],
+                        i < 3 ? VIEW_INPUT : VIEW_OUTPUT_GROUP)))
+      return s;
   for (int i = 0; i < n_out; i++) {
-    if ((s = check_view(p, &out[i], out_varlen[i]))) return s;
+    if ((s = check_view(p, &out[i], out_varlen[i], VIEW_OUTPUT_GROUP)))
+      return s;
     if ((s = check_no_self_overlap(&out[i]))) return s;
     for (int j = 0; j < n_in; j++)
       if ((s = check_disjoint(p, &out[i], &in[j]))) return s;
@@ -348,9 +472,6 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
                                     const float *lse, const fa_tensor *dq,
                                     const fa_tensor *dk, const fa_tensor *dv) {
   const fa_attention *a = &p->a;
-  if (!lse)
-    return fa_fail(INVALID,
-                   "lse is NULL: backward needs the LSE forward produced");
   int dh = a->head_dim, dvd = a->head_dim_v, vq = p->varlen_q,
       vk = p->varlen_k;
   view in[5] = {q_view(p, "q", q, dh), k_view(p, "k", k, dh),
@@ -361,7 +482,9 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
   int in_varlen[5] = {vq, vk, vk, vq, vq}, out_varlen[3] = {vq, vk, vk};
   fa_status s = check_views(p, in, 5, in_varlen, out, 3, out_varlen);
   if (s) return s;
-  // lse is an input too: no gradient may overlap it.
+  // lse is an input too: no gradient may overlap it. (NULL when a plan is
+  // made: each run brings its own.)
+  if (!lse) return FA_OK;
   uintptr_t l0 = (uintptr_t)lse,
             l1 = l0 + (uintptr_t)a->batch * (uintptr_t)a->heads_q *
                      (uintptr_t)a->seqlen_q * 4u;

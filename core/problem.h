@@ -22,9 +22,10 @@ typedef struct fa_problem {
   int descaled;    // some input tensor of the layout has a descale
   int varlen_q, varlen_k, paged;
   int group;       // heads_q / heads_kv
-  // Storage rows of varlen Q and K/V (cu_seqlens_q/k[batch]), filled in by
-  // the array checks just before a kernel runs (0 when not varlen or not
-  // known yet): kernels that hand the copy engine tensor bounds need them.
+  // Storage rows of varlen Q and K/V (cu_seqlens_q/k[batch]): the caller's
+  // rows_q/rows_k, or read from host-visible cu_seqlens by the core before
+  // the tensors are checked (0 when not varlen). Kernels that hand a copy
+  // engine tensor bounds use them.
   int64_t rows_q, rows_k;
 } fa_problem;
 
@@ -35,6 +36,19 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *a, fa_dtype dtype);
 /* Validate the contents of cu_seqlens, seqused_k and block_table. They must
    be host-readable (CPU memory space; GPU backends copy them first). */
 fa_status fa_problem_check_arrays(const fa_problem *p);
+
+/* Validate the values of the inputs' descales (host-readable): finite and
+   > 0. */
+fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v);
+
+/* The descale of tensor t for sequence b, kv head hkv (1 without one). */
+static inline float fa_tensor_descale(const fa_tensor *t, int heads_kv, int b,
+                                      int hkv) {
+  if (!t->descale) return 1.0f;
+  return t->descale_per_head ? t->descale[(int64_t)b * heads_kv + hkv]
+                             : t->descale[0];
+}
 
 /* Validate the forward tensors (dtype, strides, self-overlap of o). */
 fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,

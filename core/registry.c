@@ -9,22 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "dtype.h"
 
-static const fa_backend *const compiled_in[] = {
-#ifdef FA_HAVE_CPU_AVX512
-    &fa_backend_cpu_avx512,
-#endif
-#ifdef FA_HAVE_CPU_AVX2
-    &fa_backend_cpu_avx2,
-#endif
-#ifdef FA_HAVE_CPU_NEON
-    &fa_backend_cpu_neon,
-#endif
-#ifdef FA_HAVE_CPU
-    &fa_backend_cpu_scalar,
-#endif
-    NULL};
 
 static fa_registry_entry entries[FA_MAX_BACKENDS];
 static int num_entries;
@@ -46,7 +33,8 @@ static void add_backend(const fa_backend *b) {
 static int log_enabled(void) { return log_dispatch; }
 
 static const fa_core_services core_services = {
-    FA_BACKEND_API_VERSION, fa_fail, fa_log, log_enabled};
+    FA_BACKEND_API_VERSION, fa_fail,           fa_log,
+    log_enabled,            fa_config_string, fa_config_int};
 
 /* A module that is built but cannot load still appears in fa_explain and
    dispatch logs, as a placeholder entry saying why. */
@@ -68,7 +56,7 @@ static module_slot modules[] = {
    FLASHATTN_MODULE_PATH, then the loader's default search path. */
 static void *open_module(const char *file, char *why, size_t len) {
   char path[4096];
-  const char *dirs[2] = {NULL, getenv("FLASHATTN_MODULE_PATH")};
+  const char *dirs[2] = {NULL, fa_config_string("FA_MODULE_PATH")};
   Dl_info self;
   char here[4096] = "";
   if (dladdr((void *)&fa_registry_size, &self) && self.dli_fname) {
@@ -113,9 +101,18 @@ static void load_modules(void) {
 }
 
 static void registry_init(void) {
-  const char *env = getenv("FA_LOG");
+  const char *env = fa_config_string("FA_LOG");
   log_dispatch = env && strstr(env, "dispatch") != NULL;
-  for (int i = 0; compiled_in[i]; i++) add_backend(compiled_in[i]);
+  if (env && (log_dispatch || strstr(env, "config"))) {
+    char text[4096];
+    fa_config_describe(text, sizeof text);
+    fprintf(stderr, "flashattn: configuration (read once):\n%s", text);
+  }
+#ifdef FA_HAVE_CPU
+  int n_cpu = 0;
+  const fa_backend *const *cpu = fa_cpu_backends(&n_cpu);
+  for (int i = 0; i < n_cpu; i++) add_backend(cpu[i]);
+#endif
   load_modules();
   // Best first: insertion sort by rank (a handful of entries).
   for (int i = 1; i < num_entries; i++)
@@ -183,6 +180,7 @@ int fa_backend_count(void) {
 }
 
 const char *fa_backend_name(int i) {
+  if (i < 0) return NULL; // (and no i-- past INT_MIN)
   for (int j = 0; j < fa_registry_size(); j++)
     if (entries[j].usable && i-- == 0) return entries[j].backend->name;
   return NULL;
@@ -223,16 +221,16 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
   if (device < 0)
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "device=%d must be >= 0", device);
 
-  const char *env = getenv("FLASHATTN_BACKEND");
+  const char *env = fa_config_string("FA_BACKEND");
   if (env && *env) {
     int i = fa_registry_find(env);
     if (kind == FA_BACKEND_AUTO || i < 0 || entries[i].backend->kind == kind) {
       *forced = 1;
-      return select_forced(env, "FLASHATTN_BACKEND", idx, n);
+      return select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
     }
     if (log_dispatch)
-      fa_log("FLASHATTN_BACKEND=%s ignored: the context asks for kind %s",
-             env, kind_name(kind));
+      fa_log("%s=%s ignored: the context asks for kind %s",
+             fa_config_source("FA_BACKEND"), env, kind_name(kind));
   }
 
   // The best usable backend of the kind fixes the memory space; every
@@ -269,52 +267,93 @@ size_t fa_problem_describe(const fa_problem *p, char *buf, size_t len) {
   const fa_attention *a = &p->a;
   int n = snprintf(
       buf, len,
-      "%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d dv=%d causal=%d window=%d,%d "
-      "softcap=%g alibi=%d sinks=%d varlen=%d seqused_k=%d paged=%d",
-      fa_dtype_name(p->dtype), a->batch, a->seqlen_q, a->seqlen_k, a->heads_q,
-      a->heads_kv, a->head_dim, a->head_dim_v, a->causal, a->window_left,
-      a->window_right, (double)a->softcap, a->alibi_slopes != NULL,
-      a->sinks != NULL, p->varlen_q || p->varlen_k, a->seqused_k != NULL,
-      p->paged);
+      "%s->%s b=%d sq=%d sk=%d hq=%d hkv=%d d=%d dv=%d causal=%d "
+      "window=%d,%d softcap=%g alibi=%d sinks=%d varlen=%d seqused_k=%d "
+      "paged=%d positions=%s descale=%d",
+      fa_dtype_name(p->dtype), fa_dtype_name(p->dtype_out), a->batch,
+      a->seqlen_q, a->seqlen_k, a->heads_q, a->heads_kv, a->head_dim,
+      a->head_dim_v, a->causal, a->window_left, a->window_right,
+      (double)a->softcap, a->alibi_slopes != NULL, a->sinks != NULL,
+      p->varlen_q || p->varlen_k, a->seqused_k != NULL, p->paged,
+      p->explicit_positions ? "explicit" : "aligned", p->descaled);
   return n < 0 ? 0 : (size_t)n;
 }
 
-fa_status fa_dispatch(const fa_context *ctx, const fa_problem *p,
-                      int need_backward, int *slot, const fa_kernel **kernel) {
-  int log = fa_log_dispatch();
-  char desc[384], why[192], all[1024] = "";
-  if (log) {
-    fa_problem_describe(p, desc, sizeof desc);
-    fa_log("%s %s", need_backward ? "backward" : "forward", desc);
+/* Kernel k of backend b on query q: 1 if it runs q's problem and op;
+   else 0 and why (why may be NULL with len 0). */
+int fa_kernel_accepts(const fa_kernel *k, const fa_kernel_query *q, fa_op op,
+                      const fa_kernel *only, char *why, size_t len) {
+  if (only && k != only) {
+    if (len) snprintf(why, len, "the context is bound to kernel %s",
+                      only->name);
+    return 0;
   }
+  if (op == FA_OP_BACKWARD && !k->backward) {
+    if (len) snprintf(why, len, "no backward kernel");
+    return 0;
+  }
+  if (len) why[0] = '\0';
+  return k->supports(q, why, len);
+}
+
+/* One pass over the context's backends: the first backend with an
+   accepting kernel wins, and within it the highest score (ties: table
+   order). With reasons (len > 0) every skip is logged or collected. */
+static int dispatch_pass(const fa_context *ctx, const fa_problem *p,
+                         const fa_layout *layout, int log, char *all,
+                         size_t all_len, int *slot, const fa_kernel **kernel) {
+  char why[256];
+  const size_t wl = all_len || log ? sizeof why : 0;
   for (int s = 0; s < ctx->n; s++) {
     const fa_backend *b = entries[ctx->idx[s]].backend;
+    const fa_kernel_query q = {p, layout, ctx->state[s]};
+    const fa_kernel *best = NULL;
+    int best_score = 0;
     for (int k = 0; k < b->num_kernels; k++) {
       const fa_kernel *kr = &b->kernels[k];
-      int ok;
-      if (ctx->only_kernel && kr != ctx->only_kernel) {
-        snprintf(why, sizeof why, "the context is bound to kernel %s",
-                 ctx->only_kernel->name);
-        ok = 0;
-      } else if (need_backward && !kr->backward) {
-        snprintf(why, sizeof why, "no backward kernel");
-        ok = 0;
-      } else {
-        why[0] = '\0';
-        ok = kr->supports(p, why, sizeof why);
+      if (!fa_kernel_accepts(kr, &q, layout->op, ctx->only_kernel,
+                             wl ? why : NULL, wl)) {
+        if (log) fa_log("  %s %s: skipped: %s", b->name, kr->name, why);
+        if (all_len) {
+          size_t l = strlen(all);
+          snprintf(all + l, all_len - l, "%s%s %s: %s", l ? "; " : "",
+                   b->name, kr->name, why);
+        }
+        continue;
       }
-      if (ok) {
-        if (log) fa_log("  %s %s: taken", b->name, kr->name);
-        *slot = s;
-        *kernel = kr;
-        return FA_OK;
+      int sc = kr->score ? kr->score(&q) : 0;
+      if (log) fa_log("  %s %s: accepts (score %d)", b->name, kr->name, sc);
+      if (!best || sc > best_score) {
+        best = kr;
+        best_score = sc;
       }
-      if (log) fa_log("  %s %s: skipped: %s", b->name, kr->name, why);
-      size_t l = strlen(all);
-      snprintf(all + l, sizeof all - l, "%s%s %s: %s", l ? "; " : "", b->name,
-               kr->name, why);
+    }
+    if (best) {
+      if (log) fa_log("  %s %s: taken", b->name, best->name);
+      *slot = s;
+      *kernel = best;
+      return 1;
     }
   }
+  return 0;
+}
+
+fa_status fa_dispatch(const fa_context *ctx, const fa_problem *p,
+                      const fa_layout *layout, int *slot,
+                      const fa_kernel **kernel) {
+  int log = fa_log_dispatch();
+  if (log) {
+    char desc[512];
+    fa_problem_describe(p, desc, sizeof desc);
+    fa_log("%s %s (alignment %d bytes)",
+           layout->op == FA_OP_BACKWARD ? "backward" : "forward", desc,
+           layout->align);
+  }
+  if (dispatch_pass(ctx, p, layout, log, NULL, 0, slot, kernel)) return FA_OK;
+  // Nothing fits: only now format every reason for the error message.
+  char all[2048] = "";
+  dispatch_pass(ctx, p, layout, 0, all, sizeof all, slot, kernel);
   return fa_fail(FA_ERR_UNSUPPORTED,
-                 "no backend of this context supports the problem: %s", all);
+                 "no kernel of this context supports the %s: %s",
+                 layout->op == FA_OP_BACKWARD ? "backward" : "problem", all);
 }

@@ -27,13 +27,14 @@ int fa_log_dispatch(void);
 void fa_log(const char *fmt, ...) FA_PRINTF(1, 2);
 
 /* The backends a context of this kind uses (registry indices, best first),
-   honouring FLASHATTN_BACKEND. On failure returns a status with the error
+   honouring FA_BACKEND. On failure returns a status with the error
    recorded. *forced is set when one backend was named. */
 fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
                              int *n, int *forced);
 
 struct fa_context {
   int device;
+  int checked;                      // checked mode (fa_context_set_checked)
   int forced;                       // bound to exactly one backend
   int n;                            // backends in this memory space
   int idx[FA_MAX_BACKENDS];         // registry indices, best first
@@ -44,10 +45,17 @@ struct fa_context {
 /* One-line description of a problem for logs. */
 size_t fa_problem_describe(const fa_problem *p, char *buf, size_t len);
 
-/* Pick the first (backend, kernel) of ctx that supports p (and has a
-   backward when need_backward). Logs each candidate when FA_LOG=dispatch.
-   FA_ERR_UNSUPPORTED with every reason when none does. */
+/* Whether kernel k accepts query q for op (with the context's binding to
+   one kernel, `only`, and the backward entry checked first). */
+int fa_kernel_accepts(const fa_kernel *k, const fa_kernel_query *q, fa_op op,
+                      const fa_kernel *only, char *why, size_t len);
+
+/* Choose the (backend, kernel) of ctx for p on layout: the first backend
+   with an accepting kernel, and in it the best score. Logs each candidate
+   when FA_LOG=dispatch. FA_ERR_UNSUPPORTED with every reason when none
+   accepts. */
 fa_status fa_dispatch(const fa_context *ctx, const fa_problem *p,
-                      int need_backward, int *slot, const fa_kernel **kernel);
+                      const fa_layout *layout, int *slot,
+                      const fa_kernel **kernel);
 
 #endif

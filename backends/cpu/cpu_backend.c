@@ -85,7 +85,21 @@ static void caps_for(void *state, fa_caps *caps, int vector_floats) {
   caps->max_small_lanes = 64;
 }
 
-static int cpu_supports(const fa_problem *p, char *why, size_t len) {
+/* The CPU kernels' plan is the core's planner on this machine's caches and
+   threads (backward tiles hold one head each). */
+static fa_status plan_for(const fa_kernel_query *q, fa_plan_data *plan,
+                          int vector_floats) {
+  fa_caps caps = {0};
+  caps_for(q->state, &caps, vector_floats);
+  if (q->layout && q->layout->op == FA_OP_BACKWARD) caps.pack_gqa = 0;
+  fa_plan_compute(q->problem, &caps, plan);
+  return FA_OK;
+}
+
+/* Every CPU kernel: any layout, any dtype pair, every feature; only the
+   head dimensions are bounded (the per-thread tiles). */
+static int cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
+  const fa_problem *p = q->problem;
   if (p->a.head_dim > FA_CPU_MAX_HEAD_DIM) {
     snprintf(why, len, "head_dim %d > %d", p->a.head_dim, FA_CPU_MAX_HEAD_DIM);
     return 0;
@@ -98,11 +112,12 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
   return 1;
 }
 
-/* One backend per ISA: probe, capabilities and kernel table differ only in
-   the ISA, its vector width and its rank. */
+/* One backend per ISA: probe, plan and kernel table differ only in the
+   ISA, its vector width and its rank. */
 #define FA_CPU_KERNEL(isa)                                                     \
   {.name = "cpu." #isa,                                                        \
    .supports = cpu_supports,                                                   \
+   .plan = plan_##isa,                                                         \
    .forward = fa_cpu_forward_##isa,                                            \
    .backward = fa_cpu_backward_##isa}
 
@@ -110,11 +125,11 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
   static int probe_##isa(char *why, size_t len) {                             \
     return fa_cpu_isa_usable(ISA_ENUM, why, len);                             \
   }                                                                            \
-  static void caps_##isa(void *state, fa_caps *caps) {                        \
-    caps_for(state, caps, vec);                                                \
+  static fa_status plan_##isa(const fa_kernel_query *q, fa_plan_data *plan) { \
+    return plan_for(q, plan, vec);                                             \
   }                                                                            \
   static const fa_kernel kernels_##isa[] = {__VA_ARGS__};                      \
-  const fa_backend fa_backend_cpu_##isa = {                                    \
+  static const fa_backend backend_##isa = {                                    \
       .api_version = FA_BACKEND_API_VERSION,                                   \
       .name = "cpu-" #isa,                                                     \
       .kind = FA_BACKEND_CPU,                                                  \
@@ -123,7 +138,6 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
       .probe = probe_##isa,                                                    \
       .context_create = cpu_context_create,                                    \
       .context_destroy = cpu_context_destroy,                                  \
-      .capabilities = caps_##isa,                                              \
       .set_threads = cpu_set_threads,                                          \
       .set_stream = NULL,                                                      \
       .mem_alloc = fa_host_mem_alloc,                                          \
@@ -137,21 +151,30 @@ static int cpu_supports(const fa_problem *p, char *why, size_t len) {
   };
 
 #ifdef FA_HAVE_CPU_AVX512BF16
-/* bf16 problems on CPUs with AVX512-BF16: products in vdpbf16ps. */
-static int bf16_supports(const fa_problem *p, char *why, size_t len) {
+/* bf16 problems on CPUs with AVX512-BF16: products in vdpbf16ps. It
+   multiplies the stored bf16 values, so descaled inputs go to cpu.avx512
+   (which widens, then descales). */
+static int bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
+  const fa_problem *p = q->problem;
   if (p->dtype != FA_BF16) {
-    snprintf(why, len, "dtype %s is not bf16", fa_dtype_name(p->dtype));
+    snprintf(why, len, "input dtype %s is not bf16", fa_dtype_name(p->dtype));
+    return 0;
+  }
+  if (p->descaled) {
+    snprintf(why, len, "descaled inputs (vdpbf16ps multiplies the stored "
+                       "values; cpu.avx512 descales as it widens)");
     return 0;
   }
   if (!fa_cpu_has_avx512bf16()) {
     snprintf(why, len, "CPU lacks AVX512-BF16");
     return 0;
   }
-  return cpu_supports(p, why, len);
+  return cpu_supports(q, why, len);
 }
 #define FA_CPU_BF16_KERNEL                                                     \
   {.name = "cpu.avx512bf16",                                                   \
    .supports = bf16_supports,                                                  \
+   .plan = plan_avx512,                                                        \
    .forward = fa_cpu_forward_avx512bf16,                                       \
    .backward = NULL},
 #else
@@ -163,9 +186,28 @@ FA_CPU_BACKEND(scalar, FA_ISA_SCALAR, 1, 10, FA_CPU_KERNEL(scalar))
 FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20, FA_CPU_KERNEL(avx2))
 #endif
 #ifdef FA_HAVE_CPU_AVX512
+static fa_status plan_avx512(const fa_kernel_query *q, fa_plan_data *plan);
 FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30, FA_CPU_BF16_KERNEL
                FA_CPU_KERNEL(avx512))
 #endif
 #ifdef FA_HAVE_CPU_NEON
 FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20, FA_CPU_KERNEL(neon))
 #endif
+
+static const fa_backend *const cpu_backends[] = {
+#ifdef FA_HAVE_CPU_AVX512
+    &backend_avx512,
+#endif
+#ifdef FA_HAVE_CPU_AVX2
+    &backend_avx2,
+#endif
+#ifdef FA_HAVE_CPU_NEON
+    &backend_neon,
+#endif
+    &backend_scalar,
+};
+
+const fa_backend *const *fa_cpu_backends(int *count) {
+  *count = (int)(sizeof cpu_backends / sizeof cpu_backends[0]);
+  return cpu_backends;
+}

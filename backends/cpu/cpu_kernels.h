@@ -168,15 +168,23 @@ static void FA_FN(gemm)(int m, int n, int k, const float *A, int64_t rs,
 
 /* ---- tile loads ------------------------------------------------------- */
 
+/* Multiply n floats by x (a tensor's descale; 1 leaves them as loaded). */
+static void FA_FN(scale_row)(float *d, int n, float x) {
+  if (x == 1.0f) return;
+  for (int i = 0; i < n; i++) d[i] *= x;
+}
+
 /* Rows [row0, row0+n) of a q-like tensor (q, o, do) for (b, h), widened to
-   fp32 into dst[n][ld]; dims [dim, ld) are zeroed so padded products are
-   exact. */
+   fp32 and descaled (the decoded inputs of the header) into dst[n][ld];
+   dims [dim, ld) are zeroed so padded products are exact. */
 static void FA_FN(load_q_rows)(float *dst, int ld, const fa_problem *p,
                                const fa_tensor *t, int b, int h, int row0,
                                int n, int dim) {
+  const float x = fa_tensor_descale(t, p->a.heads_kv, b, h / p->group);
   for (int r = 0; r < n; r++) {
     float *d = dst + (size_t)r * ld;
     vf_widen_row(d, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h), dim);
+    FA_FN(scale_row)(d, dim, x);
     if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
   }
 }
@@ -186,9 +194,11 @@ static void FA_FN(load_q_rows)(float *dst, int ld, const fa_problem *p,
 static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
                                const fa_tensor *t, int b, int h, int row0,
                                int n, int dim) {
+  const float x = fa_tensor_descale(t, p->a.heads_kv, b, h);
   for (int r = 0; r < n; r++) {
     float *d = dst + (size_t)r * ld;
     vf_widen_row(d, t->data, t->dtype, fa_k_offset(p, t, b, row0 + r, h), dim);
+    FA_FN(scale_row)(d, dim, x);
     if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
   }
 }
@@ -273,24 +283,28 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
    (pk > 1 packs the q heads that share a kv head into one tile). */
 typedef struct FA_FN(lanes) {
   int h0, pk, row0, npos; // first head, heads per row, first row, rows
+  int64_t shift;          // the sequence's diagonal offset (fa_diag_shift)
 } FA_FN(lanes);
 
-/* The tile's q rows, times mul, transposed into dst[dim][bq]; lanes past
-   the valid ones are zero so padded lanes stay finite. */
+/* The tile's q rows, times mul and their descale, transposed into
+   dst[dim][bq]; lanes past the valid ones are zero so padded lanes stay
+   finite. */
 static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
                                      const fa_problem *p, const fa_tensor *t,
                                      int b, const FA_FN(lanes) * ln, int dim,
                                      float mul) {
   const int nr = ln->npos * ln->pk;
   for (int r = 0; r < bq; r++) {
-    if (r < nr)
+    float x = mul;
+    if (r < nr) {
+      const int h = ln->h0 + r % ln->pk;
       vf_widen_row(row, t->data, t->dtype,
-                   fa_q_offset(p, t, b, ln->row0 + r / ln->pk,
-                               ln->h0 + r % ln->pk),
-                   dim);
-    else
+                   fa_q_offset(p, t, b, ln->row0 + r / ln->pk, h), dim);
+      x *= fa_tensor_descale(t, p->a.heads_kv, b, h / p->group);
+    } else {
       memset(row, 0, sizeof(float) * (size_t)dim);
-    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d] * mul;
+    }
+    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d] * x;
   }
 }
 
@@ -309,8 +323,8 @@ typedef struct FA_FN(slayout) {
 static int FA_FN(tile_cut)(const fa_problem *p, const FA_FN(lanes) * ln,
                            int sq, int sk, int col0, int nc) {
   int lo_last, hi_last, lo_first, hi_first;
-  fa_visible_keys(p, ln->row0, sq, sk, &lo_first, &hi_first);
-  fa_visible_keys(p, ln->row0 + ln->npos - 1, sq, sk, &lo_last, &hi_last);
+  fa_visible_keys(p, ln->shift, ln->row0, sk, &lo_first, &hi_first);
+  fa_visible_keys(p, ln->shift, ln->row0 + ln->npos - 1, sk, &lo_last, &hi_last);
   return !(lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first);
 }
 
@@ -321,7 +335,7 @@ static void FA_FN(lane_keys)(const fa_problem *p, const FA_FN(lanes) * ln,
                              int *hi) {
   for (int i = 0; i < ln->npos; i++) {
     int a, z;
-    fa_visible_keys(p, ln->row0 + i, sq, sk, &a, &z);
+    fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &a, &z);
     a = a - col0 < 0 ? 0 : a - col0 > nc ? nc : a - col0;
     z = z - col0 < a ? a : z - col0 > nc ? nc : z - col0;
     for (int r = i * ln->pk; r < (i + 1) * ln->pk; r++) {
@@ -393,7 +407,7 @@ static void FA_FN(scores_post)(const fa_problem *p, float *s,
   const int pk = ln->pk, nr = ln->npos * pk;
   const int64_t cs = sl->cs, rs = sl->rs;
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
-  const int shift = fa_diag_shift(p, sq, sk);
+  const int64_t shift = ln->shift;
   for (int c = 0; c < nc; c++) {
     float *sc = s + c * cs;
     if (grad) {
@@ -416,7 +430,7 @@ static void FA_FN(scores_post)(const fa_problem *p, float *s,
   if (!FA_FN(tile_cut)(p, ln, sq, sk, col0, nc)) return;
   for (int i = 0; i < ln->npos; i++) {
     int lo, hi;
-    fa_visible_keys(p, ln->row0 + i, sq, sk, &lo, &hi);
+    fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &lo, &hi);
     for (int c = 0; c < nc; c++) {
       int j = col0 + c;
       if (j >= lo && j < hi) continue;
@@ -492,11 +506,11 @@ static float FA_FN(sink)(const fa_problem *p, int h) {
    the float64 oracle (exp(-inf - (-inf)) = NaN), O and LSE are then NaN,
    never the silent O = 0, LSE = -inf of a row with no key. */
 static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
-                             int i, int sq, int sk, float *lse) {
+                             int i, int64_t shift, int sk, float *lse) {
   float inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), lse);
   if (m == -INFINITY && !p->a.sinks) {
     int lo, hi;
-    fa_visible_keys(p, i, sq, sk, &lo, &hi);
+    fa_visible_keys(p, shift, i, sk, &lo, &hi);
     if (lo < hi) {
       *lse = NAN;
       return NAN;
@@ -561,8 +575,10 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   const int row0 = qb * plan->block_rows;
   if (row0 >= sq) return;
   const int pk = plan->pack_group;
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
   const FA_FN(lanes) ln = {
-      h0, pk, row0, sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows};
+      h0, pk, row0,
+      sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows, shift};
   const int nr = ln.npos * pk;
   const int hk = h0 / p->group, dv = p->a.head_dim_v, bq = t->bq;
   const FA_FN(slayout) sl_t = {bq, 1, bq};
@@ -579,9 +595,11 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   memset(o, 0, sizeof(float) * (size_t)bq * t->ldv);
 
   int kb0, kb1, s0, s1;
-  fa_plan_kv_blocks(p, plan, sq, sk, qb, &kb0, &kb1);
+  fa_plan_kv_blocks(p, plan, shift, sq, sk, qb, &kb0, &kb1);
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
-  const int direct = p->dtype == FA_F32 && !p->paged;
+  // fp32 K/V read in place (no copy) unless they must be descaled.
+  const int direct = p->dtype == FA_F32 && !p->paged && !args->k.descale &&
+                     !args->v.descale;
   // Tiles that span several kv heads (all heads of a decode step) always
   // stream rows; so do tiles with few lanes.
   const int kvt = plan->kv_heads_per_tile, lpk = pk / kvt;
@@ -589,7 +607,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
-  const int dot_bf16 = p->dtype == FA_BF16 && !small;
+  const int dot_bf16 = p->dtype == FA_BF16 && !small && !p->descaled;
   const int dpairs = (p->a.head_dim + 1) / 2;
   const int ldk2 = (t->ld + 1) / 2, ldv2 = t->ldv; // pitches in pairs
   if (dot_bf16) {
@@ -778,7 +796,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     for (int r = 0; r < nr; r++) {
       const int h = h0 + r % pk;
       float lse,
-          inv = FA_FN(finalize)(p, m[r], l[r], h, row0 + r / pk, sq, sk, &lse);
+          inv = FA_FN(finalize)(p, m[r], l[r], h, row0 + r / pk, shift, sk, &lse);
       FA_FN(store_row)(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv,
                        inv, lse);
     }
@@ -813,9 +831,9 @@ static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
       const float *po = part->o + ((size_t)(w0 + sp) * bq + r) * dv;
       fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
     }
-    const int h = h0 + r % pk;
-    float lse, inv = FA_FN(finalize)(p, m, l, h, row0 + r / pk, sq,
-                                     fa_seq_len_k(p, b), &lse);
+    const int h = h0 + r % pk, sk = fa_seq_len_k(p, b);
+    float lse, inv = FA_FN(finalize)(p, m, l, h, row0 + r / pk,
+                                     fa_diag_shift(p, b, sq, sk), sk, &lse);
     FA_FN(store_row)(p, args, b, h, row0 + r / pk, acc, inv, lse);
   }
 }
@@ -889,6 +907,7 @@ typedef struct FA_FN(bwd) {
   // floats of one kv head's fp32 dK/dV rows over those pages.
   const int32_t *page_slot;
   size_t page_floats;
+  float *sink_part; // dsinks: each (batch, head)'s share, [batch][heads_q]
 } FA_FN(bwd);
 
 /* Paged: the fp32 row of key j of sequence b in the page accumulator. */
@@ -918,6 +937,33 @@ static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
     float acc = 0.0f;
     for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
     c->delta[FA_FN(row_index)(p, b, h, i)] = acc;
+  }
+  // d loss / d sink = -sum_i P_sink(i) D_i, P_sink(i) = exp(sink - lse_i):
+  // the sink takes probability mass from every row and gives back no value.
+  if (c->sink_part) {
+    const float sink = p->a.sinks[h];
+    float part = 0.0f;
+    for (int i = 0; i < sq; i++) {
+      const int64_t at = FA_FN(row_index)(p, b, h, i);
+      const float ps = sink == -INFINITY ? 0.0f : expf(sink - c->args->lse[at]);
+      part -= ps * c->delta[at];
+    }
+    c->sink_part[(int64_t)b * p->a.heads_q + h] = part;
+  }
+}
+
+/* dsinks[h] from the (batch, head) shares, summed in batch order so the
+   result does not depend on the threads. */
+static void FA_FN(store_dsinks)(const FA_FN(bwd) * c) {
+  const fa_problem *p = c->p;
+  for (int h = 0; h < p->a.heads_q; h++) {
+    float sum = 0.0f;
+    for (int b = 0; b < p->a.batch; b++)
+      sum += c->sink_part[(int64_t)b * p->a.heads_q + h];
+    if (p->a.backward_mode == FA_BACKWARD_ACCUMULATE)
+      c->args->dsinks[h] += sum;
+    else
+      c->args->dsinks[h] = sum;
   }
 }
 
@@ -972,7 +1018,7 @@ static int FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
   const FA_FN(tiles) *t = &c->t;
   const int bq = t->bq;
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
-  const FA_FN(lanes) ln = {h, 1, row0, nr};
+  const FA_FN(lanes) ln = {h, 1, row0, nr, fa_diag_shift(p, b, sq, sk)};
   FA_FN(scores)(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
   FA_FN(gemm)(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq,
               dp, bq, 0);
@@ -1006,6 +1052,7 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   const fa_problem *p = c->p;
   const FA_FN(tiles) *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
   const int bq = t->bq, bk = t->bk, dim = p->a.head_dim, dv = p->a.head_dim_v;
   memset(ws + t->acc, 0, sizeof(float) * (size_t)bk * t->ld);
@@ -1026,13 +1073,13 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
     for (int qb = 0; qb < nqb; qb++) {
       int kb0, kb1;
-      fa_plan_kv_blocks(p, c->plan, sq, sk, qb, &kb0, &kb1);
+      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
       if (kb < kb0 || kb >= kb1) continue;
       const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
       FA_FN(load_q_rows)(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
       FA_FN(load_q_rows)(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
       FA_FN(gemm)(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
-      const FA_FN(lanes) ln = {h, 1, row0, nr};
+      const FA_FN(lanes) ln = {h, 1, row0, nr, shift};
       FA_FN(slayout) sl_r = sl;
       sl_r.grad_lanes = nr;
       FA_FN(scores_post)(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
@@ -1079,6 +1126,20 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
     }
 }
 
+/* Store one gradient row g[0..n) at element off of t, or with
+   FA_BACKWARD_ACCUMULATE add it: old + g in fp32, rounded once to t's
+   dtype (the header's rule). */
+static void FA_FN(store_grad)(const fa_problem *p, const fa_tensor *t,
+                              int64_t off, const float *g, int n) {
+  if (p->a.backward_mode != FA_BACKWARD_ACCUMULATE) {
+    fa_store_row(t->data, t->dtype, off, g, n);
+    return;
+  }
+  for (int d = 0; d < n; d++)
+    fa_store(t->data, t->dtype, off + d,
+             fa_load(t->data, t->dtype, off + d) + g[d]);
+}
+
 /* Write the dK/dV rows of a kv block (dense and varlen K/V). */
 static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
                                   int b, int hk, int kb) {
@@ -1092,8 +1153,8 @@ static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
     int64_t ov = fa_k_offset(p, dvt, b, col0 + j, hk);
     const float *a = ws + t->acc + (size_t)j * t->ld;
     const float *av = ws + t->accv + (size_t)j * t->ldv;
-    fa_store_row(dk->data, dk->dtype, ok, a, p->a.head_dim);
-    fa_store_row(dvt->data, dvt->dtype, ov, av, p->a.head_dim_v);
+    FA_FN(store_grad)(p, dk, ok, a, p->a.head_dim);
+    FA_FN(store_grad)(p, dvt, ov, av, p->a.head_dim_v);
   }
 }
 
@@ -1114,27 +1175,29 @@ static void FA_FN(add_kv_block)(const FA_FN(bwd) * c, const float *ws,
 }
 
 /* Paged: store the summed dK/dV rows of every key the batch names (a row
-   named twice is stored twice, with the same value). */
-static void FA_FN(store_pages)(const FA_FN(bwd) * c, const float *pacc,
-                               int hk) {
+   named twice is stored twice, with the same value; accumulating, it is
+   added once: its accumulator row is cleared after the add, so the second
+   visit adds zeros). */
+static void FA_FN(store_pages)(const FA_FN(bwd) * c, float *pacc, int hk) {
   const fa_problem *p = c->p;
   const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
-  const int dim = p->a.head_dim;
+  const int dim = p->a.head_dim, dv = p->a.head_dim_v;
+  const int acc = p->a.backward_mode == FA_BACKWARD_ACCUMULATE;
   for (int b = 0; b < p->a.batch; b++)
     for (int j = 0; j < fa_seq_len_k(p, b); j++) {
-      const float *row = FA_FN(page_row)(c, (float *)pacc, b, j);
-      fa_store_row(dk->data, dk->dtype, fa_k_offset(p, dk, b, j, hk), row,
-                   dim);
-      fa_store_row(dvt->data, dvt->dtype, fa_k_offset(p, dvt, b, j, hk),
-                   row + dim, p->a.head_dim_v);
+      float *row = FA_FN(page_row)(c, pacc, b, j);
+      FA_FN(store_grad)(p, dk, fa_k_offset(p, dk, b, j, hk), row, dim);
+      FA_FN(store_grad)(p, dvt, fa_k_offset(p, dvt, b, j, hk), row + dim, dv);
+      if (acc) memset(row, 0, sizeof(float) * (size_t)(dim + dv));
     }
 }
 
 /* Zero dK/dV rows: keys [j0, j1) of sequence b (dense rows past seqused_k
-   get zero gradient). */
+   get zero gradient; accumulating adds nothing to them). */
 static void FA_FN(zero_kv_rows)(const FA_FN(bwd) * c, int b, int hk, int j0,
                                 int j1) {
   const fa_problem *p = c->p;
+  if (p->a.backward_mode == FA_BACKWARD_ACCUMULATE) return;
   const fa_tensor *ts[2] = {&c->args->dk, &c->args->dv};
   const int dims[2] = {p->a.head_dim, p->a.head_dim_v};
   for (int j = j0; j < j1; j++)
@@ -1158,7 +1221,8 @@ static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   memset(acc, 0, sizeof(float) * (size_t)bq * t->ld);
   FA_FN(load_q_side)(c, ws, b, h, row0, nr);
   int kb0, kb1;
-  fa_plan_kv_blocks(p, c->plan, sq, sk, qb, &kb0, &kb1);
+  fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, qb, &kb0,
+                    &kb1);
   for (int kb = kb0; kb < kb1; kb++) {
     const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
     FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
@@ -1176,8 +1240,8 @@ static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   }
   const fa_tensor *dq = &c->args->dq;
   for (int r = 0; r < nr; r++)
-    fa_store_row(dq->data, dq->dtype, fa_q_offset(p, dq, b, row0 + r, h),
-                 acc + (size_t)r * t->ld, dim);
+    FA_FN(store_grad)(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
+                      acc + (size_t)r * t->ld, dim);
 }
 
 fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
@@ -1185,12 +1249,14 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
                                  const fa_bwd_args *args) {
   fa_cpu_state *st = state;
   FA_FN(bwd) c = {p,    plan, args, FA_FN(tiles_layout)(plan, 1),
-                  NULL, NULL, 0};
+                  NULL, NULL, 0,    NULL};
   const int B = p->a.batch, HQ = p->a.heads_q, HK = p->a.heads_kv;
   const int nkb = plan->num_k_blocks, nqb = plan->num_q_blocks;
   int nt = fa_cpu_threads(st);
   if (nt < 1) nt = 1;
   size_t delta_floats = ((size_t)B * HQ * p->a.seqlen_q + 15) / 16 * 16;
+  const int want_dsinks = args->dsinks && p->a.sinks;
+  const size_t sink_floats = want_dsinks ? ((size_t)B * HQ + 15) / 16 * 16 : 0;
   size_t row_floats = 2 * (((size_t)p->a.head_dim_v + 15) / 16 * 16);
   size_t tile_floats = c.t.total > row_floats ? c.t.total : row_floats;
   int32_t *page_slot = NULL;
@@ -1214,13 +1280,15 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
   }
   size_t per_thread = tile_floats + c.page_floats;
   float *ws = fa_cpu_workspace(
-      st, sizeof(float) * (delta_floats + per_thread * (size_t)nt));
+      st, sizeof(float) *
+              (delta_floats + sink_floats + per_thread * (size_t)nt));
   if (!ws) {
     free(page_slot);
     return FA_ERR_OUT_OF_MEMORY;
   }
   c.delta = ws;
-  float *tiles = ws + delta_floats;
+  c.sink_part = want_dsinks ? ws + delta_floats : NULL;
+  float *tiles = ws + delta_floats + sink_floats;
   const int64_t n_bh = (int64_t)B * HQ;
   const int64_t n_kv = p->paged ? HK : (int64_t)B * HK * nkb;
   const int64_t n_q = (int64_t)B * HQ * nqb;
@@ -1266,5 +1334,6 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
                            (int)(i / nqb % HQ), (int)(i % nqb));
   }
   free(page_slot);
+  if (want_dsinks) FA_FN(store_dsinks)(&c);
   return FA_OK;
 }

@@ -219,8 +219,22 @@ static void test_tensors(void) {
            "v dtype", NULL);
   t = to;
   t.dtype = FA_F16;
-  fwd_case("o f16, q f32", &base, tq, tk, tv, t, FA_ERR_INVALID_ARGUMENT,
-           "o dtype", NULL);
+  // o has the output dtype, which may differ from the inputs' (0.2): an
+  // f16 o from f32 inputs runs (the CPU kernels store each row in o's dtype).
+  t = to;
+  t.dtype = FA_F16;
+  t.stride_batch *= 2; // (f16 rows in the f32 buffer: same bytes, no overlap)
+  t.stride_seq *= 2;
+  t.stride_head *= 2;
+  {
+    fa_status st_ = fa_forward(ctx, &base, tq, tk, tv, t, lb.p);
+    EXPECT_OK("o f16, q f32 (0.2: output dtype group)", st_);
+  }
+  t = to;
+  t.dtype = FA_F16;
+  t.descale = &base.scale;
+  fwd_case("o with a descale", &base, tq, tk, tv, t, FA_ERR_INVALID_ARGUMENT,
+           "o descale", NULL);
   t = tq;
   t.dtype = (fa_dtype)7;
   fwd_case("q dtype 7", &base, t, tk, tv, to, FA_ERR_INVALID_ARGUMENT, "dtype",
@@ -502,38 +516,53 @@ static void test_backward(void) {
 static void test_plans(void) {
   fa_plan *const sentinel = (fa_plan *)(uintptr_t)0x1234;
   fa_plan *plan = sentinel;
-  fa_status s = fa_plan_create(NULL, &base, FA_F32, &plan);
+  fa_status s = fa_plan_create(NULL, &base, tq, tk, tv, to, &plan);
   EXPECT_FAIL("plan NULL ctx", s, FA_ERR_INVALID_ARGUMENT, "ctx", NULL);
   CHECK(plan == sentinel, "plan written by a failing create");
-  s = fa_plan_create(ctx, NULL, FA_F32, &plan);
+  s = fa_plan_create(ctx, NULL, tq, tk, tv, to, &plan);
   EXPECT_FAIL("plan NULL problem", s, FA_ERR_INVALID_ARGUMENT, NULL, NULL);
   CHECK(plan == sentinel, "plan written by a failing create");
-  s = fa_plan_create(ctx, &base, FA_F32, NULL);
+  s = fa_plan_create(ctx, &base, tq, tk, tv, to, NULL);
   EXPECT_FAIL("plan NULL out", s, FA_ERR_INVALID_ARGUMENT, "plan", NULL);
   fa_attention a = base;
   a.heads_q = 3;
-  s = fa_plan_create(ctx, &a, FA_F32, &plan);
+  s = fa_plan_create(ctx, &a, tq, tk, tv, to, &plan);
   EXPECT_FAIL("plan heads 3 % 2", s, FA_ERR_INVALID_ARGUMENT,
               "heads_q heads_kv", "3");
   CHECK(plan == sentinel, "plan written by a failing create");
-  s = fa_plan_create(ctx, &base, (fa_dtype)5, &plan);
+  fa_tensor bad_dtype = tq;
+  bad_dtype.dtype = (fa_dtype)5;
+  s = fa_plan_create(ctx, &base, bad_dtype, tk, tv, to, &plan);
   EXPECT_FAIL("plan dtype 5", s, FA_ERR_INVALID_ARGUMENT, "dtype", "5");
   CHECK(plan == sentinel, "plan written by a failing create");
   a = base;
-  a.head_dim = 600;
-  s = fa_plan_create(ctx, &a, FA_F32, &plan);
+  a.head_dim = a.head_dim_v = 600;
+  {
+    // Tensors shaped for d = 600 (plans do not read them): the kernels'
+    // refusal, not a layout error, is what this case checks.
+    // (at fake, far-apart addresses).
+    fa_tensor q6 = au_bshd((void *)((uintptr_t)1 << 44), a.seqlen_q,
+                           a.heads_q, 600);
+    fa_tensor k6 = au_bshd((void *)((uintptr_t)2 << 44), a.seqlen_k,
+                           a.heads_kv, 600);
+    fa_tensor v6 = au_bshd((void *)((uintptr_t)3 << 44), a.seqlen_k,
+                           a.heads_kv, 600);
+    fa_tensor o6 = au_bshd((void *)((uintptr_t)4 << 44), a.seqlen_q,
+                           a.heads_q, 600);
+    s = fa_plan_create(ctx, &a, q6, k6, v6, o6, &plan);
+  }
   EXPECT_FAIL("plan head_dim 600", s, FA_ERR_UNSUPPORTED, "head_dim", "600");
   CHECK(plan == sentinel, "plan written by a failing create");
   int32_t bad_cu[B + 1] = {0, 4, 1};
   a = base;
   a.cu_seqlens_q = bad_cu;
-  s = fa_plan_create(ctx, &a, FA_F32, &plan);
+  s = fa_plan_create(ctx, &a, tq, tk, tv, to, &plan);
   EXPECT_FAIL("plan bad cu_seqlens_q", s, FA_ERR_INVALID_ARGUMENT,
               "cu_seqlens_q", NULL);
   CHECK(plan == sentinel, "plan written by a failing create");
 
   plan = NULL;
-  s = fa_plan_create(ctx, &base, FA_F32, &plan);
+  s = fa_plan_create(ctx, &base, tq, tk, tv, to, &plan);
   EXPECT_OK("valid plan", s);
   if (!plan) return;
   CHECK(fa_last_error()[0] == '\0', "message after success: \"%s\"",

@@ -63,9 +63,11 @@ fa_run("cmake --install" ${CMAKE_COMMAND} --install ${FA_BUILD_DIR}
 
 # 3. The public header and nothing else.
 file(GLOB_RECURSE _headers RELATIVE ${_prefix} ${_prefix}/*.h)
-if(NOT _headers STREQUAL "include/flashattn.h")
+list(SORT _headers)
+if(NOT _headers STREQUAL "include/flashattn.h;include/flashattn_version.h")
   message(FATAL_ERROR "installed headers should be exactly "
-                      "include/flashattn.h, found: ${_headers}")
+                      "include/flashattn.h and include/flashattn_version.h, found: "
+                      "${_headers}")
 endif()
 
 # 4. find_package(flashattn) from a separate project.

@@ -1367,7 +1367,8 @@ static void run_plan(fz_run *run, fa_status fwd_status, const char *fwd_msg,
   all_snapshot(c);
   fa_plan *const sentinel = (fa_plan *)(uintptr_t)0x40;
   fa_plan *plan = sentinel;
-  fa_status s = fa_plan_create(run->ctx, &c->a, c->t[T_Q].dtype, &plan);
+  fa_status s = fa_plan_create(run->ctx, &c->a, c->t[T_Q], c->t[T_K],
+                               c->t[T_V], c->t[T_O], &plan);
   check_status(s, "fa_plan_create", run->backend);
   if (s != FA_OK) {
     if (plan != sentinel) die("a failing fa_plan_create wrote *plan");
@@ -1979,7 +1980,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       // Too large to allocate: only what reads no tensor.
       if ((c.ops & 0x08) && c.arrays_ok) {
         fa_plan *p = NULL;
-        fa_status s = fa_plan_create(run.ctx, &c.a, c.t[T_Q].dtype, &p);
+        fa_status s = fa_plan_create(run.ctx, &c.a, c.t[T_Q], c.t[T_K],
+                                     c.t[T_V], c.t[T_O], &p);
         check_status(s, "fa_plan_create", run.backend);
         fa_plan_destroy(p);
       }

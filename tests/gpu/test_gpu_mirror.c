@@ -65,11 +65,11 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
     int lq = fa_seq_len_q(p, b), lk = fa_seq_len_k(p, b);
     CHECK(fa_gpu_len_q(&q, b) == lq && fa_gpu_len_k(&q, b) == lk,
           "%s: lengths of sequence %d", what, b);
-    int shift = fa_diag_shift(p, lq, lk);
+    int shift = (int)fa_diag_shift(p, b, lq, lk);
     CHECK(fa_gpu_shift(&q, lq, lk) == shift, "%s: shift", what);
     for (int i = 0; i < lq; i++) {
       int lo, hi, glo, ghi;
-      fa_visible_keys(p, i, lq, lk, &lo, &hi);
+      fa_visible_keys(p, shift, i, lk, &lo, &hi);
       fa_gpu_visible(&q, i, lq, lk, &glo, &ghi);
       CHECK(lo == glo && hi == ghi, "%s: visible(b=%d, i=%d)", what, b, i);
       for (int h = 0; h < hq; h += 2)
@@ -81,7 +81,7 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
       fa_gpu_queries_of_key(&q, j, lq, lk, &i0, &i1);
       for (int i = 0; i < lq; i++) {
         int lo, hi;
-        fa_visible_keys(p, i, lq, lk, &lo, &hi);
+        fa_visible_keys(p, shift, i, lk, &lo, &hi);
         if (lo <= j && j < hi) {
           if (first < 0) first = i;
           last = i;
@@ -107,7 +107,7 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
     }
     for (int qb = 0; qb < plan.num_q_blocks; qb++) {
       int k0, k1, g0, g1;
-      fa_plan_kv_blocks(p, &plan, lq, lk, qb, &k0, &k1);
+      fa_plan_kv_blocks(p, &plan, shift, lq, lk, qb, &k0, &k1);
       fa_gpu_kv_blocks(&q, plan.block_rows, plan.block_k, lq, lk, qb, &g0,
                        &g1);
       CHECK(k0 == g0 && k1 == g1, "%s: kv blocks of q block %d", what, qb);

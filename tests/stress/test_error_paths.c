@@ -43,14 +43,16 @@ static void nothing_written(const char *what) {
     fa_status s_ = fa_forward(ctx, &base, q, k, v, o, lse);                    \
     EXPECT_FAIL(what, s_, FA_ERR_INVALID_ARGUMENT, fields, value);             \
     nothing_written(what);                                                     \
+    /* A plan for those tensors is refused the same way (plans check the  \
+       tensors they are made for). */                                      \
     fa_plan *p_ = NULL;                                                        \
-    if (fa_plan_create(ctx, &base, FA_F32, &p_) == FA_OK) {                    \
-      snap_all();                                                              \
+    snap_all();                                                                \
+    s_ = fa_plan_create(ctx, &base, q, k, v, o, &p_);                          \
+    if (s_ == FA_OK) /* (the lse is a run's argument) */                       \
       s_ = fa_plan_forward(p_, q, k, v, o, lse);                               \
-      EXPECT_FAIL(what " (plan)", s_, FA_ERR_INVALID_ARGUMENT, fields, value); \
-      nothing_written(what " (plan)");                                         \
-      fa_plan_destroy(p_);                                                     \
-    }                                                                          \
+    EXPECT_FAIL(what " (plan)", s_, FA_ERR_INVALID_ARGUMENT, fields, value);   \
+    nothing_written(what " (plan)");                                           \
+    fa_plan_destroy(p_);                                                       \
   } while (0)
 
 #define BWD(what, q, k, v, o, d_o, lse, dq, dk, dv, fields, value)             \
@@ -157,8 +159,19 @@ static void test_malloc_failure(void) {
   CHECK(p == sentinel, "a failing fa_malloc wrote *ptr");
 }
 
-/* Valid problems too large for any memory: fa_explain and fa_plan_create
-   accept them (they read no tensor) and must neither overflow (the plan's
+/* A contiguous BSHD view at fake address `slot` * 2^52: plans look at the
+   tensors' layout (strides, alignment) and never read them, and slots that
+   far apart never overlap. */
+static fa_tensor fake_bshd(int slot, int64_t seq, int64_t heads, int64_t dim,
+                           fa_dtype dt) {
+  fa_tensor t = {(void *)((uintptr_t)slot << 52), dt, seq * heads * dim,
+                 heads * dim, dim, NULL, 0};
+  return t;
+}
+
+/* Valid problems too large for any memory: fa_explain accepts them (it
+   reads no tensor) and fa_plan_create either accepts them or refuses
+   tensors whose offsets overflow 64 bits; neither may overflow (the plan's
    arithmetic, once int: caught by UBSan in the sanitizer build) nor take
    seconds (the plan's block count once walked 2^31 q blocks; the array
    checks once looped over 2^31 sequences that have no arrays). */
@@ -183,9 +196,15 @@ static void test_extreme_valid_problems(void) {
     size_t n = fa_explain(&a, FA_BF16, text, sizeof text);
     CHECK(n > 0 && strstr(text, "taken"), "extreme problem %d: explain: %s", i,
           text);
+    fa_tensor q = fake_bshd(1, a.seqlen_q, a.heads_q, 128, FA_BF16);
+    fa_tensor k = fake_bshd(2, a.seqlen_k, a.heads_kv, 128, FA_BF16);
+    fa_tensor v = fake_bshd(3, a.seqlen_k, a.heads_kv, 128, FA_BF16);
+    fa_tensor o = fake_bshd(4, a.seqlen_q, a.heads_q, 128, FA_BF16);
     fa_plan *plan = NULL;
-    fa_status s = fa_plan_create(ctx, &a, FA_BF16, &plan);
-    EXPECT_OK("plan of an extreme problem", s);
+    fa_status s = fa_plan_create(ctx, &a, q, k, v, o, &plan);
+    CHECK(s == FA_OK || (s == FA_ERR_INVALID_ARGUMENT &&
+                         strstr(fa_last_error(), "overflow")),
+          "extreme problem %d: plan: %d %s", i, (int)s, fa_last_error());
     if (plan) {
       fa_plan_describe(plan, text, sizeof text);
       fa_plan_destroy(plan);
@@ -212,12 +231,16 @@ static void test_paged_int_max(void) {
   a.max_blocks_per_seq = MB;
   a.page_size = 1 << 20;
   a.num_pages = 3;
+  fa_tensor q = fake_bshd(1, 1, 1, 64, FA_F32);
+  fa_tensor k = fake_bshd(2, 1 << 20, 1, 64, FA_F32); // a page per "batch"
+  fa_tensor v = fake_bshd(3, 1 << 20, 1, 64, FA_F32);
+  fa_tensor o = fake_bshd(4, 1, 1, 64, FA_F32);
   fa_plan *plan = NULL;
   EXPECT_OK("plan of a paged INT_MAX-key problem",
-            fa_plan_create(ctx, &a, FA_F32, &plan));
+            fa_plan_create(ctx, &a, q, k, v, o, &plan));
   fa_plan_destroy(plan);
   table[MB - 1] = 3; // the last block, past num_pages: refused
-  fa_status s = fa_plan_create(ctx, &a, FA_F32, &plan);
+  fa_status s = fa_plan_create(ctx, &a, q, k, v, o, &plan);
   EXPECT_FAIL("paged INT_MAX keys, last entry 3 of 3 pages", s,
               FA_ERR_INVALID_ARGUMENT, "block_table", "3");
 }

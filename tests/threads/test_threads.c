@@ -193,7 +193,7 @@ static const char *compute(fa_context *ctx, work *w, float *o, float *l,
                   bshd(dq, SQ, HQ), bshd(dk, SK, HKV), bshd(dv, SK, HKV)))
     return "fa_backward";
   fa_plan *plan = NULL;
-  if (fa_plan_create(ctx, &a, FA_F32, &plan)) return "fa_plan_create";
+  if (fa_plan_create(ctx, &a, tq, tk, tv, to, &plan)) return "fa_plan_create";
   fa_status s = fa_plan_forward(plan, tq, tk, tv, bshd(m, SQ, HQ), ml);
   fa_plan_destroy(plan);
   if (s) return "fa_plan_forward";

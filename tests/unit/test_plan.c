@@ -155,7 +155,8 @@ static void check_counts(const char *ctx, const fa_problem *p, const fa_caps *c,
   int64_t visited = 0;
   for (int qb = 0; qb < d->num_q_blocks; qb++) {
     int k0, k1;
-    fa_plan_kv_blocks(p, d, a->seqlen_q, a->seqlen_k, qb, &k0, &k1);
+    fa_plan_kv_blocks(p, d, fa_diag_shift(p, 0, a->seqlen_q, a->seqlen_k),
+                      a->seqlen_q, a->seqlen_k, qb, &k0, &k1);
     if (k1 > k0) visited += k1 - k0;
   }
   visited *= (int64_t)a->batch * a->heads_q;
@@ -294,7 +295,7 @@ static void check_kv_ranges(const fa_problem *p, const fa_plan_data *d, int sq,
           if (j > last) last = j;
         }
     int k0 = -77, k1 = -77;
-    fa_plan_kv_blocks(p, d, sq, sk, qb, &k0, &k1);
+    fa_plan_kv_blocks(p, d, fa_diag_shift(p, 0, sq, sk), sq, sk, qb, &k0, &k1);
     if (first < 0) {
       CHECK(k0 >= k1, "%s sq=%d sk=%d qb=%d: no visible key, blocks [%d,%d)",
             ctx, sq, sk, qb, k0, k1);
@@ -311,7 +312,8 @@ static void check_kv_ranges(const fa_problem *p, const fa_plan_data *d, int sq,
   }
   // A q block past the sequence's rows visits nothing.
   int k0 = -77, k1 = -77;
-  fa_plan_kv_blocks(p, d, sq, sk, ceil_div(sq, bq), &k0, &k1);
+  fa_plan_kv_blocks(p, d, fa_diag_shift(p, 0, sq, sk), sq, sk,
+                    ceil_div(sq, bq), &k0, &k1);
   CHECK(k0 >= k1, "%s: q block past sq=%d visits [%d,%d)", ctx, sq, k0, k1);
 }
 
@@ -433,7 +435,8 @@ static void test_work_items(void) {
       // Causal: the longest q blocks come first.
       if (causal && sp == 0) {
         int k0, k1;
-        fa_plan_kv_blocks(&p, &d, p.a.seqlen_q, p.a.seqlen_k, qb, &k0, &k1);
+        fa_plan_kv_blocks(&p, &d, fa_plan_shift(&p), p.a.seqlen_q, p.a.seqlen_k,
+                          qb, &k0, &k1);
         int len = k1 > k0 ? k1 - k0 : 0;
         CHECK(len <= prev_len,
               "causal=%d: item %lld (q block %d, %d kv blocks) after one "

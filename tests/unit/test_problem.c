@@ -99,7 +99,7 @@ static void expect_rows(const char *name, const fa_problem *p, int sq, int sk,
                         const int (*want)[2]) {
   for (int i = 0; i < sq; i++) {
     int lo = -99, hi = -99;
-    fa_visible_keys(p, i, sq, sk, &lo, &hi);
+    fa_visible_keys(p, fa_diag_shift(p, 0, sq, sk), i, sk, &lo, &hi);
     if (want[i][0] < 0) {
       CHECK(lo >= hi, "%s row %d: [%d, %d), want empty", name, i, lo, hi);
     } else {
@@ -192,12 +192,12 @@ static void test_visible_hand(void) {
   }
   fa_problem br = mask_problem(3, 5, 1, -1, -1);
   fa_problem tl = mask_problem(3, 5, 2, -1, -1);
-  CHECK(fa_diag_shift(&br, 3, 5) == 2 && fa_diag_shift(&br, 7, 2) == -5,
-        "bottom-right shift %d %d", fa_diag_shift(&br, 3, 5),
-        fa_diag_shift(&br, 7, 2));
-  CHECK(fa_diag_shift(&tl, 3, 5) == 0 && fa_diag_shift(&tl, 7, 2) == 0,
-        "top-left shift %d %d", fa_diag_shift(&tl, 3, 5),
-        fa_diag_shift(&tl, 7, 2));
+  CHECK(fa_diag_shift(&br, 0, 3, 5) == 2 && fa_diag_shift(&br, 0, 7, 2) == -5,
+        "bottom-right shift %lld %lld", (long long)fa_diag_shift(&br, 0, 3, 5),
+        (long long)fa_diag_shift(&br, 0, 7, 2));
+  CHECK(fa_diag_shift(&tl, 0, 3, 5) == 0 && fa_diag_shift(&tl, 0, 7, 2) == 0,
+        "top-left shift %lld %lld", (long long)fa_diag_shift(&tl, 0, 3, 5),
+        (long long)fa_diag_shift(&tl, 0, 7, 2));
 }
 
 // The header's formula, written out: visible iff
@@ -223,7 +223,8 @@ static void test_visible_random(void) {
     int sk_real = ut_rand_int(0, sk); // seqused_k-like shorter length
     for (int i = 0; i < sq; i++) {
       int lo, hi;
-      fa_visible_keys(&p, i, sq, sk_real, &lo, &hi);
+      fa_visible_keys(&p, fa_diag_shift(&p, 0, sq, sk_real), i, sk_real, &lo,
+                      &hi);
       CHECK(0 <= lo && lo <= hi && hi <= sk_real,
             "sq=%d sk=%d causal=%d w=%d,%d row %d: [%d, %d) not in [0, %d]", sq,
             sk_real, causal, wl, wr, i, lo, hi, sk_real);

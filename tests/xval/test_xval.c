@@ -848,7 +848,8 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
         st =
             fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
       } else {
-        st = fa_plan_create(r->ctx, &s->ad, c->dt, &plan);
+        st = fa_plan_create(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d,
+                            &plan);
         if (!st)
           st = fa_plan_forward(plan, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
         if (!st) st = fa_synchronize(r->ctx); // before the plan goes
@@ -1031,7 +1032,8 @@ static int run_case(xrun *r, const xcase *c, int idx, int *counts) {
     // What the library planned for this problem (tiles, kv splits).
     fa_plan *plan = NULL;
     char d[512];
-    if (fa_plan_create(r->ctx, &s.ad, c->dt, &plan) == FA_OK) {
+    if (fa_plan_create(r->ctx, &s.ad, s.q.d, s.k.d, s.v.d, s.o.d, &plan) ==
+        FA_OK) {
       fa_plan_describe(plan, d, sizeof d);
       printf("    plan: %s\n", d);
     }
