@@ -117,6 +117,13 @@ def _candidates():
              "libflashattn.%d.%d.dylib" % API_VERSION, "libflashattn.dylib",
              "flashattn.dll"]
     paths = [os.path.join(here, n) for n in names]
+    # The library this copy was built or installed with (CMake writes
+    # _build_config.py into the build tree's and the installed copy).
+    try:
+        from . import _build_config
+        paths.append(_build_config.LIBRARY)
+    except ImportError:
+        pass
     # A source checkout: python/flashattn next to the default build/ tree.
     root = os.path.dirname(os.path.dirname(here))
     paths += [os.path.join(root, "build", n) for n in names]
@@ -133,9 +140,10 @@ def _load():
         except OSError as e:
             errors.append("%s: %s" % (p, e))
     hint = ("FLASHATTN_LIBRARY=%s could not be loaded" % paths[0] if explicit
-            else "libflashattn %d.%d not found beside the package, in a build/ "
-            "tree or by the system loader; set FLASHATTN_LIBRARY=/path/to/"
-            "libflashattn.so" % API_VERSION)
+            else "libflashattn %d.%d not found beside the package, where it "
+            "was built or installed, in a build/ tree or by the system "
+            "loader; set FLASHATTN_LIBRARY=/path/to/libflashattn.so" %
+            API_VERSION)
     raise ImportError(hint + "\n  " + "\n  ".join(errors))
 
 
