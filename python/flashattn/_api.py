@@ -635,7 +635,15 @@ def merge_states(o_a, lse_a, o_b, lse_b, *more, backend=None, out=None,
     return out, out_lse
 
 
+# Options of attention() that do not change dispatch: explain() and
+# describe() accept them, so the same keyword set can be passed to all.
+_OUTPUT_ONLY = ("return_lse", "out", "out_lse")
+
+
 def _explain_problem(q, k, v, backend, kw):
+    kw = {n: x for n, x in kw.items() if n not in _OUTPUT_ONLY}
+    if "cache_seqlens" in kw:  # attention_kvcache's name for seqused_k
+        kw["seqused_k"] = kw.pop("cache_seqlens")
     layout = "dense"
     if kw.get("cu_seqlens_q") is not None:
         layout = "varlen"

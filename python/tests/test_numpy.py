@@ -478,3 +478,30 @@ def test_module_main():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "self-check: ok" in r.stdout
     assert "backends: " in r.stdout
+
+
+def test_threads_share_nothing():
+    # Each Python thread has its own contexts (one context per thread at a
+    # time, flashattn.h) and its own small-call cache; the GIL is released
+    # while the library computes.
+    import threading
+    cases = [qkv(1, 20, 20, 2, 2, 16) for _ in range(4)]
+    want = [ref.attention(*c, causal=1)[0] for c in cases]
+    got = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                got[i] = fa.attention(*cases[i], causal=True)
+        except Exception as e:  # reported below, not swallowed
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for g, w in zip(got, want):
+        check(g, w)
