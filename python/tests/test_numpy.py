@@ -137,21 +137,20 @@ def test_f16_and_mixed_output():
 
 
 def test_bf16_numpy():
-    ml = pytest.importorskip("ml_dtypes")
-    q, k, v = qkv(1, 8, 8, 2, 2, 16)
-    qb, kb, vb = (x.astype(ml.bfloat16) for x in (q, k, v))
-    o = fa.attention(qb, kb, vb)
-    check(o.astype(np.float32), ref.attention(qb, kb, vb)[0], 1e-2)
-
-
-def test_bf16_output_without_ml_dtypes_is_clear():
+    # numpy holds bf16 only through ml_dtypes: with it, bf16 runs; without
+    # it, asking for a bf16 output is a clear error (no silent fallback).
     from flashattn import _tensors
-    if _tensors.numpy_dtype(_tensors.BY_NAME["bf16"]) is not None:
-        pytest.skip("ml_dtypes is installed: numpy holds bf16 here")
-    q, k, v = qkv()
-    with pytest.raises(fa.FlashAttnError, match="ml_dtypes") as e:
-        fa.attention(q, k, v, out_dtype="bf16")
-    assert e.value.status == fa.ERR_UNSUPPORTED
+    q, k, v = qkv(1, 8, 8, 2, 2, 16)
+    bf16 = _tensors.numpy_dtype(_tensors.BY_NAME["bf16"])
+    if bf16 is None:
+        with pytest.raises(fa.FlashAttnError, match="ml_dtypes") as e:
+            fa.attention(q, k, v, out_dtype="bf16")
+        assert e.value.status == fa.ERR_UNSUPPORTED
+        return
+    qb, kb, vb = (x.astype(bf16) for x in (q, k, v))
+    o = fa.attention(qb, kb, vb)
+    assert o.dtype == bf16
+    check(o.astype(np.float32), ref.attention(qb, kb, vb)[0], 1e-2)
 
 
 def test_explicit_positions_shard_matches_whole():
