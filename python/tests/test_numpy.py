@@ -504,3 +504,39 @@ def test_threads_share_nothing():
     assert not errors, errors
     for g, w in zip(got, want):
         check(g, w)
+
+
+class Foreign:
+    """An array of another framework: only the DLPack protocol (delegated to
+    numpy underneath), so the general DLPack road is taken."""
+
+    def __init__(self, a, device=(1, 0)):
+        self.a, self.device, self.streams = a, device, []
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_foreign_dlpack_arrays():
+    q, k, v = qkv()
+    # A transposed view: DLPack carries the strides (numpy sends NULL
+    # strides only for C-contiguous arrays, which the dense ones are).
+    kt = np.ascontiguousarray(k.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    fq, fk, fv = Foreign(q), Foreign(kt), Foreign(v)
+    o = fa.attention(fq, fk, fv, causal=True)
+    assert isinstance(o, np.ndarray)  # host arrays: outputs from numpy
+    check(o, ref.attention(q, k, v, causal=1)[0])
+    assert fq.streams == [None]  # host memory: no stream is passed
+    # On a device no backend here serves: the library's own refusal.
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.attention(Foreign(q, (2, 0)), fk, fv)
+    if not any(n.startswith("cuda") for n in fa.backends()):
+        assert e.value.status == fa.ERR_NO_DEVICE

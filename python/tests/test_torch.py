@@ -174,6 +174,17 @@ def test_cuda_forward_against_sdpa(dtype, causal):
     assert err <= 2 * peer + 1e-3, (err, peer)
 
 
+def test_cuda_arrays_stay_on_their_device():
+    _cuda_or_skip()
+    q = rand(1, 16, 2, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(fa.FlashAttnError, match="k is on cpu:0 but q is on "
+                       "cuda:0"):
+        fa.attention(q, q.cpu(), q)
+    with pytest.raises(fa.FlashAttnError, match="cu_seqlens_q is on cpu:0"):
+        cu = torch.tensor([0, 16], dtype=torch.int32)
+        fa.attention_varlen(q[0], q[0], q[0], cu, cu.cuda(), 16, 16)
+
+
 def test_cuda_current_stream_and_autograd():
     _cuda_or_skip()
     dev = "cuda"
