@@ -14,7 +14,6 @@ with FA_ERR_INVALID_ARGUMENT naming struct_size.
 """
 import ctypes
 import os
-import sys
 
 #: The API version this binding is written against (MAJOR, MINOR). While the
 #: major is 0 every minor may break the ABI, so the library must match both.

@@ -357,7 +357,6 @@ def test_backward_accumulate():
 
 def test_backward_varlen():
     r = rng()
-    lq, lk = [2, 3], [3, 4]
     cq = np.array([0, 2, 5], np.int32)
     ck = np.array([0, 3, 7], np.int32)
     q, k, v = rand((5, 2, 4), r=r), rand((7, 1, 4), r=r), rand((7, 1, 4), r=r)
