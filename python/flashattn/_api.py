@@ -457,6 +457,20 @@ def _wants_grad(*xs):
     return any(T.is_torch(x) and x.requires_grad for x in xs)
 
 
+def _differentiable(layout, q, k, v, kw, return_lse, backend, out, out_lse,
+                    out_dtype, record=None):
+    """A forward through autograd when torch inputs require grad (the
+    dense and varlen forms), else the plain one."""
+    if _wants_grad(q, k, v, kw.get("sinks")):
+        from . import _torch
+        return _torch.apply(layout, (q, k, v), kw, return_lse=return_lse,
+                            backend=backend, out_dtype=out_dtype,
+                            has_out=out is not None or out_lse is not None)
+    return _forward(q, k, v, layout, return_lse=return_lse, backend=backend,
+                    out=out, out_lse=out_lse, out_dtype=out_dtype,
+                    _record=record, **kw)
+
+
 # ---- the public functions ------------------------------------------------------
 def attention(q, k, v, *, causal=False, causal_align="bottom_right",
               scale=None, window=(-1, -1), softcap=0.0, alibi_slopes=None,
@@ -491,14 +505,8 @@ def attention(q, k, v, *, causal=False, causal_align="bottom_right",
               descale_v=descale_v, q_position=q_position,
               k_position=k_position, q_positions=q_positions,
               k_positions=k_positions)
-    if _wants_grad(q, k, v, sinks):
-        from . import _torch
-        return _torch.apply("dense", (q, k, v), kw, return_lse=return_lse,
-                            backend=backend, out_dtype=out_dtype,
-                            has_out=out is not None or out_lse is not None)
-    return _forward(q, k, v, "dense", return_lse=return_lse, backend=backend,
-                    out=out, out_lse=out_lse, out_dtype=out_dtype,
-                    _record=record, **kw)
+    return _differentiable("dense", q, k, v, kw, return_lse, backend, out,
+                           out_lse, out_dtype, record)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -523,14 +531,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               descale_k=descale_k, descale_v=descale_v,
               q_position=q_position, k_position=k_position,
               q_positions=q_positions, k_positions=k_positions)
-    if _wants_grad(q, k, v, sinks):
-        from . import _torch
-        return _torch.apply("varlen", (q, k, v), kw, return_lse=return_lse,
-                            backend=backend, out_dtype=out_dtype,
-                            has_out=out is not None or out_lse is not None)
-    return _forward(q, k, v, "varlen", return_lse=return_lse,
-                    backend=backend, out=out, out_lse=out_lse,
-                    out_dtype=out_dtype, **kw)
+    return _differentiable("varlen", q, k, v, kw, return_lse, backend, out,
+                           out_lse, out_dtype)
 
 
 def attention_kvcache(q, k_cache, v_cache, cache_seqlens=None,
