@@ -27,7 +27,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # pip writes build/ and *.egg-info beside pyproject.toml: build from a copy.
 cp -r python "$tmp/src"
-"$py" -m pip install -q --no-build-isolation --no-deps --no-index \
+PIP_ROOT_USER_ACTION=ignore "$py" -m pip install -q --no-build-isolation --no-deps --no-index \
   --target "$tmp/site" "$tmp/src"
 lib=$(find "$PWD/$build" -maxdepth 1 -name 'libflashattn.so.*.*.*' | head -n 1)
 (cd "$tmp" && FLASHATTN_LIBRARY="$lib" PYTHONPATH="$tmp/site" "$py" -m flashattn)
