@@ -14,6 +14,9 @@
 // The check compares o and lse (and dq, dk, dv with --bwd) with the float64
 // oracle of tests/support, under the error bounds tests/xval uses.
 //
+// --sweep repeats all that for every head dim x sequence length of
+// --sweep-d and --sweep-s, one JSON object per line, for bench/plot.py.
+//
 // Exit status: 0 ok, 1 a check failed, 2 bad usage or a library error.
 #include <flashattn.h>
 
