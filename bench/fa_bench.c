@@ -14,6 +14,9 @@
 // The check compares o and lse (and dq, dk, dv with --bwd) with the float64
 // oracle of tests/support, under the error bounds tests/xval uses.
 //
+// --sweep repeats all that for every head dim x sequence length of
+// --sweep-d and --sweep-s, one JSON object per line, for bench/plot.py.
+//
 // Exit status: 0 ok, 1 a check failed, 2 bad usage or a library error.
 #include <flashattn.h>
 
@@ -38,6 +41,9 @@ enum { EXIT_CHECK = 1, EXIT_USAGE = 2 };
 /* A progress line goes to stderr once a timed loop has run this long. */
 #define PROGRESS_AFTER_S 2.0
 
+/* --sweep: at most this many sequence lengths and head dims. */
+#define SWEEP_MAX 32
+
 typedef struct options {
   const char *backend; // "auto", a kind ("cpu", "cuda", "hip") or a name
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v;
@@ -48,6 +54,9 @@ typedef struct options {
   int check; // -1: when small enough, 0: never, 1: always
   int json;
   uint64_t seed;
+  // --sweep: one run per (head dim, sequence length), JSON lines out.
+  int sweep, n_sweep_s, n_sweep_d;
+  int sweep_s[SWEEP_MAX], sweep_d[SWEEP_MAX];
 } options;
 
 static void usage(FILE *f) {
@@ -77,6 +86,13 @@ static void usage(FILE *f) {
              "b*h*sq*sk*d < 2^31)\n"
              "  --seed N         random inputs seed (1)\n"
              "  --json           print one JSON object instead of text\n"
+             "  --sweep          run every --sweep-s length x --sweep-d head "
+             "dim (with the\n"
+             "                   other options), one JSON object per line "
+             "(JSON Lines),\n"
+             "                   progress on stderr; feeds bench/plot.py\n"
+             "  --sweep-s LIST   sequence lengths (512,1024,2048,4096)\n"
+             "  --sweep-d LIST   head dims (64,128)\n"
              "  --help           this text\n"
              "Exit status: 0 ok, 1 check failed, 2 usage or library error.\n");
 }
@@ -104,6 +120,22 @@ static int parse_int(const char *s, long lo, int *out) {
   return 0;
 }
 
+/* "512,1024,...": up to SWEEP_MAX integers >= 1. Returns 0 or -1. */
+static int parse_list(const char *s, int *out, int *n) {
+  *n = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || v < 1 || v > INT_MAX || *n == SWEEP_MAX)
+      return -1;
+    out[(*n)++] = (int)v;
+    if (*end == '\0') return 0;
+    if (*end != ',') return -1;
+    s = end + 1;
+  }
+}
+
 static int same_text_nocase(const char *a, const char *b) {
   for (; *a && *b; a++, b++) {
     int x = *a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a;
@@ -128,7 +160,11 @@ static int parse_args(int argc, char **argv, options *o) {
                  .iters = 10,
                  .warmup = 2,
                  .check = -1,
-                 .seed = 1};
+                 .seed = 1,
+                 .n_sweep_s = 4,
+                 .n_sweep_d = 2,
+                 .sweep_s = {512, 1024, 2048, 4096},
+                 .sweep_d = {64, 128}};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *val = NULL;
     char name[32];
@@ -140,7 +176,7 @@ static int parse_args(int argc, char **argv, options *o) {
     name[n] = '\0';
     static const char *const flags[] = {"--causal", "--decode",   "--bwd",
                                         "--check",  "--no-check", "--json",
-                                        "--help"};
+                                        "--help",   "--sweep"};
     int is_flag = 0;
     for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
       is_flag |= strcmp(name, flags[f]) == 0;
@@ -171,6 +207,16 @@ static int parse_args(int argc, char **argv, options *o) {
       o->check = 0;
     } else if (!strcmp(name, "--json")) {
       o->json = 1;
+    } else if (!strcmp(name, "--sweep")) {
+      o->sweep = 1;
+    } else if (!strcmp(name, "--sweep-s")) {
+      if (parse_list(val, o->sweep_s, &o->n_sweep_s))
+        return fail_usage("--sweep-s %s: expected up to %d integers >= 1, "
+                          "comma-separated", val, SWEEP_MAX);
+    } else if (!strcmp(name, "--sweep-d")) {
+      if (parse_list(val, o->sweep_d, &o->n_sweep_d))
+        return fail_usage("--sweep-d %s: expected up to %d integers >= 1, "
+                          "comma-separated", val, SWEEP_MAX);
     } else if (!strcmp(name, "--backend")) {
       o->backend = val;
     } else if (!strcmp(name, "-b")) {
@@ -727,12 +773,12 @@ static int bench(run *r) {
   return c.done && !c.pass ? EXIT_CHECK : 0;
 }
 
-int main(int argc, char **argv) {
+/* One benchmark run with options @p o, everything it allocated freed. */
+static int bench_once(const options *o) {
   run r;
   memset(&r, 0, sizeof r);
-  int status = parse_args(argc, argv, &r.opt);
-  if (status) return status < 0 ? 0 : status;
-  status = bench(&r);
+  r.opt = *o;
+  int status = bench(&r);
   buffer *all[] = {&r.q, &r.k, &r.v, &r.o, &r.d_o, &r.dq, &r.dk, &r.dv};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     buffer_free(r.ctx, all[i]);
@@ -741,4 +787,33 @@ int main(int argc, char **argv) {
   fa_plan_destroy(r.plan);
   fa_context_destroy(r.ctx);
   return status;
+}
+
+/* --sweep: every head dim x sequence length, one JSON line each (a failed
+   run prints its error on stderr and the sweep goes on). Exit status: the
+   worst of the runs' (a library error, 2, over a failed check, 1). */
+static int sweep(const options *base) {
+  int worst = 0, total = base->n_sweep_s * base->n_sweep_d, done = 0;
+  for (int i = 0; i < base->n_sweep_d; i++) {
+    for (int j = 0; j < base->n_sweep_s; j++) {
+      options o = *base;
+      o.json = 1;
+      o.head_dim = o.head_dim_v = base->sweep_d[i];
+      o.seqlen_k = base->sweep_s[j];
+      o.seqlen_q = base->decode ? 1 : base->sweep_s[j];
+      fprintf(stderr, "fa-bench: sweep %d/%d: d=%d s=%d\n", ++done, total,
+              o.head_dim, o.seqlen_k);
+      int status = bench_once(&o);
+      fflush(stdout);
+      if (status > worst) worst = status;
+    }
+  }
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  int status = parse_args(argc, argv, &o);
+  if (status) return status < 0 ? 0 : status;
+  return o.sweep ? sweep(&o) : bench_once(&o);
 }
