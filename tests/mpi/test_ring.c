@@ -29,6 +29,7 @@ typedef struct ring_case {
   float softcap;
   int alibi, sinks, varlen;
   fa_dtype dt;
+  int accumulate; // the ring's backward adds to dq/dk/dv holding 0.5
 } ring_case;
 
 static int rank_, size_;
@@ -225,6 +226,7 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   fa_ring_options_init(&opt);
   opt.shard = c->shard;
   fa_ring *r = NULL;
+  if (c->accumulate) a.backward_mode = FA_BACKWARD_ACCUMULATE;
   fa_status s = fa_ring_create(&r, ctx, comm, &a, &opt);
   if (s) {
     failures++;
@@ -258,8 +260,45 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
               LDQ = dense(ldq, dt, lq, c->hq, c->d, vl),
               LDK = dense(ldk, dt, lk, c->hkv, c->d, vl),
               LDV = dense(ldv, dt, lk, c->hkv, c->d, vl);
+    if (c->accumulate)
+      for (int w = 0; w < 3; w++) {
+        void *p = w == 0 ? ldq : w == 1 ? ldk : ldv;
+        for (size_t i = 0; i < (w ? mk : mq); i++) ts_store(p, dt, (int64_t)i, 0.5);
+      }
     s = fa_ring_forward(r, LQ, LK, LV, LO, llse);
     if (!s) s = fa_ring_backward(r, LQ, LK, LV, LO, LDO, llse, LDQ, LDK, LDV);
+    if (!s && !c->accumulate) {
+      // A second run reuses every plan and must be bit-identical.
+      void *o2 = malloc(mq * es), *dq2 = malloc(mq * es), *dk2 = malloc(mk * es);
+      memcpy(o2, lo, mq * es), memcpy(dq2, ldq, mq * es), memcpy(dk2, ldk, mk * es);
+      ts_poison(lo, dt, mq), ts_poison(ldq, dt, mq), ts_poison(ldk, dt, mk);
+      s = fa_ring_forward(r, LQ, LK, LV, LO, llse);
+      if (!s) s = fa_ring_backward(r, LQ, LK, LV, LO, LDO, llse, LDQ, LDK, LDV);
+      int same = !s && !memcmp(o2, lo, mq * es) && !memcmp(dq2, ldq, mq * es) &&
+                 !memcmp(dk2, ldk, mk * es);
+      MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (!same) {
+        failures++;
+        if (rank_ == 0) printf("FAIL %s: a second run differs\n", c->name);
+      }
+      free(o2), free(dq2), free(dk2);
+    }
+    // Causal contiguous shards: the blocks of every later rank are hidden
+    // wholly, and must be skipped, not computed and masked.
+    fa_ring_stats st;
+    if (!s && c->shard == FA_SHARD_CONTIGUOUS && c->causal && c->sq == c->sk &&
+        c->wl < 0 && !c->varlen && !fa_ring_get_stats(r, &st) &&
+        st.skipped != size_ - 1 - rank_) {
+      failures++;
+      printf("FAIL %s: rank %d skipped %d blocks, expected %d\n", c->name,
+             rank_, st.skipped, size_ - 1 - rank_);
+    }
+    if (!s && c->accumulate)
+      for (int w = 0; w < 3; w++) {
+        void *p = w == 0 ? ldq : w == 1 ? ldk : ldv;
+        for (size_t i = 0; i < (w ? mk : mq); i++)
+          ts_store(p, dt, (int64_t)i, ts_load(p, dt, (int64_t)i) - 0.5);
+      }
     if (s) {
       failures++;
       if (rank_ == 0) printf("FAIL %s ring: %s\n", c->name, fa_ring_last_error());
@@ -339,6 +378,8 @@ static const ring_case cases[] = {
     CASE("causal.zigzag.bf16", Z, 2, 48, 48, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0, FA_BF16),
     CASE("sinks.window.contig.bf16", C, 2, 40, 40, 4, 2, 32, BR, 12, 0, 3.0f, 1, 1, 0, FA_BF16),
     CASE("varlen.zigzag.bf16", Z, 2, 41, 41, 4, 2, 32, BR, -1, -1, 0, 0, 1, 1, FA_BF16),
+    {"accumulate.zigzag.f32", Z, 2, 36, 36, 4, 2, 16, BR, -1, -1, 0, 0, 0, 0,
+     FA_F32, 1},
 };
 
 int main(int argc, char **argv) {
