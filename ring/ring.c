@@ -208,10 +208,8 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
                          const fa_attention *global,
                          const fa_ring_options *options) {
   ring_clear_error();
+  if (out) *out = NULL;
   // Without a usable communicator nothing can be agreed: local errors.
-  if (!out) return ring_fail(INVALID, "ring (output pointer) is NULL");
-  *out = NULL;
-  if (!ctx) return ring_fail(INVALID, "ctx is NULL");
   if (!comm) return ring_fail(INVALID, "comm is NULL");
   if (comm->struct_size != sizeof(fa_comm))
     return ring_fail(INVALID, "comm.struct_size=%zu, expected %zu",
@@ -223,7 +221,9 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
   if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
     return ring_fail(INVALID, "comm: rank=%d, size=%d out of range",
                      comm->rank, comm->size);
-  fa_status s = check_local(global, options);
+  fa_status s = !out   ? ring_fail(INVALID, "ring (output pointer) is NULL")
+               : !ctx ? ring_fail(INVALID, "ctx is NULL")
+                      : check_local(global, options);
   if ((s = ring_agree(comm, s, ring_error_text()))) return s;
   const int shard = options ? options->shard : FA_SHARD_CONTIGUOUS;
   // Every rank reaches the same verdict; agreeing gives them one message.

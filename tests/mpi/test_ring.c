@@ -378,6 +378,9 @@ static const ring_case cases[] = {
     CASE("causal.zigzag.bf16", Z, 2, 48, 48, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0, FA_BF16),
     CASE("sinks.window.contig.bf16", C, 2, 40, 40, 4, 2, 32, BR, 12, 0, 3.0f, 1, 1, 0, FA_BF16),
     CASE("varlen.zigzag.bf16", Z, 2, 41, 41, 4, 2, 32, BR, -1, -1, 0, 0, 1, 1, FA_BF16),
+    // Shorter than 2 * ranks: some ranks hold no rows at all.
+    CASE("tiny.causal.zigzag", Z, 2, 3, 3, 2, 1, 16, BR, -1, -1, 0, 0, 1, 0, FA_F32),
+    CASE("tiny.varlen.contig", C, 2, 2, 5, 2, 2, 16, BR, -1, -1, 0, 1, 0, 1, FA_F32),
     {"accumulate.zigzag.f32", Z, 2, 36, 36, 4, 2, 16, BR, -1, -1, 0, 0, 0, 0,
      FA_F32, 1},
 };

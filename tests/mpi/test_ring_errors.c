@@ -100,6 +100,12 @@ int main(int argc, char **argv) {
   if (rank_ == last) o.shard = 7;
   s = fa_ring_create(&r, ctx, comm, &a, &o);
   expect("bad shard", s, FA_ERR_INVALID_ARGUMENT, rank_word, "shard");
+  // 2b. A NULL context on the last rank.
+  problem(&a);
+  s = fa_ring_create(&r, rank_ == last ? NULL : ctx, comm, &a, NULL);
+  expect("NULL ctx", s, FA_ERR_INVALID_ARGUMENT, rank_word, "ctx");
+  fa_ring_destroy(r);
+  r = NULL;
   // 3. Tensors: a bad stride of o on the last rank; nobody writes o.
   problem(&a);
   if ((s = fa_ring_create(&r, ctx, comm, &a, NULL))) {
