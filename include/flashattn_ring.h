@@ -110,6 +110,13 @@ FA_API void fa_comm_destroy(fa_comm *comm);
 typedef struct fa_ring_options {
   size_t struct_size; /**< Set by fa_ring_options_init(). */
   int shard;          /**< FA_SHARD_CONTIGUOUS (default) or FA_SHARD_ZIGZAG. */
+  /** Backward, 0 (default): on host memory (CPU contexts) each step's dK/dV
+   * go to a scratch and are added to the arriving accumulator afterwards,
+   * so the accumulator's transfer hides under the step's compute; device
+   * contexts accumulate in place. 1: in place everywhere (the accumulator
+   * must arrive before the step computes; its transfer is exposed). Both
+   * are deterministic. */
+  int dkv_in_place;
 } fa_ring_options;
 
 /** Defaults: struct_size set, contiguous shards. NULL is a no-op. */

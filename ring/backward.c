@@ -35,7 +35,9 @@ static fa_status plans_backward(fa_ring *r, const fa_tensor *u) {
     const int src = (r->rank - t + r->N) % r->N;
     fa_tensor kb, vb, dkb, dvb;
     ring_kv_views(r, src, r->kv[t & 1], r->in_dt, &kb, &vb);
-    ring_kv_views(r, src, r->dkv[t & 1], FA_F32, &dkb, &dvb);
+    // The dK/dV buffer the step will run with (plans keep its alignment).
+    ring_kv_views(r, src, r->dkv_scratch ? (void *)r->dkv_scratch : r->dkv[t & 1],
+                  FA_F32, &dkb, &dvb);
     for (int i = 0; i < 4; i++) {
       ring_block *blk = &r->blocks[t * 4 + i];
       if (!blk->visible) continue;
@@ -87,72 +89,133 @@ static fa_status start_accumulators(fa_ring *r, const fa_tensor *u) {
   return s;
 }
 
-static fa_status run_backward(fa_ring *r, const fa_tensor *u, const float *lse) {
-  fa_comm *c = r->comm;
-  fa_status s = ring_pack_kv(r, u[1], u[2]);
-  if (!s) s = start_accumulators(r, u);
+// Add one step's dK/dV contributions to the block's visiting accumulator:
+// run every visible block of step t with its dK/dV views in @p dkv.
+static fa_status backward_step(fa_ring *r, const fa_tensor *u, const float *lse,
+                               int t, void *dkv) {
+  const int src = (r->rank - t + r->N) % r->N;
   const fa_tensor o32 = ring_acc_view(r, r->o32, 'q', r->hq, r->dv),
                   do32 = ring_acc_view(r, r->do32, 'q', r->hq, r->dv),
                   dq32 = ring_acc_view(r, r->dq_acc, 'q', r->hq, r->d);
-  const int left = (r->rank - 1 + r->N) % r->N, right = (r->rank + 1) % r->N;
+  fa_tensor kb, vb, dkb, dvb;
+  ring_kv_views(r, src, r->kv[t & 1], r->in_dt, &kb, &vb);
+  ring_kv_views(r, src, dkv, FA_F32, &dkb, &dvb);
+  for (int i = 0; i < 4; i++) {
+    ring_block *blk = &r->blocks[t * 4 + i];
+    if (!blk->visible) continue;
+    const ring_part *qp = &r->q.part[blk->qp], *kp = &r->k[src].part[blk->kp];
+    fa_status s = fa_plan_backward(
+        blk->bwd, ring_part_view(u[0], qp), ring_part_view(kb, kp),
+        ring_part_view(vb, kp), ring_part_view(o32, qp),
+        ring_part_view(do32, qp), lse + qp->lse_off, ring_part_view(dq32, qp),
+        ring_part_view(dkb, kp), ring_part_view(dvb, kp));
+    if (s) return ring_fail(s, "step %d block %d: %s", t, i, fa_last_error());
+  }
+  return FA_OK;
+}
+
+static fa_status post_dkv(fa_ring *r, int send, int slot, void *buf, int src) {
+  fa_comm *c = r->comm;
+  const size_t bytes = ring_kv_block_bytes(r, src, FA_F32);
+  const int peer = send ? (r->rank + 1) % r->N : (r->rank - 1 + r->N) % r->N;
+  if (send ? c->post_send(c->self, slot, buf, bytes, peer, RING_TAG_DKV)
+           : c->post_recv(c->self, slot, buf, bytes, peer, RING_TAG_DKV))
+    return ring_transport_fail(c, send ? "posting the dK/dV send"
+                                       : "posting the dK/dV receive");
+  if (send) r->stats.bytes_sent += (int64_t)bytes;
+  return FA_OK;
+}
+
+// Any memory space: each step accumulates in place into the accumulator
+// that arrived during the previous step, so its transfer (posted after the
+// neighbour's compute) is exposed in lock step.
+static fa_status run_backward_inplace(fa_ring *r, const fa_tensor *u,
+                                      const float *lse, fa_status s) {
   for (int t = 0; t < r->N; t++) {
-    const int cur = t & 1, src = (r->rank - t + r->N) % r->N;
+    const int cur = t & 1;
     fa_status ts = ring_post_kv(r, t);
     if (!s) s = ts;
     // The accumulator of the next step's block (at the last step: our own,
-    // home from its tour) may arrive while this step computes. It is
-    // started together with our own accumulator's send after the compute:
-    // a transport that runs operations in order (NCCL) would otherwise
-    // queue every rank's send behind a receive that waits for it.
+    // home from its tour). It is started together with our own
+    // accumulator's send after the compute: a transport that runs
+    // operations in order (NCCL) would otherwise queue every rank's send
+    // behind a receive that waits for it.
     const int nsrc = (r->rank - t - 1 + r->N) % r->N;
     void *in = t + 1 < r->N ? r->dkv[cur ^ 1] : r->dkv_home;
-    if (r->N > 1 &&
-        c->post_recv(c->self, SLOT_DKV_RECV, in,
-                     ring_kv_block_bytes(r, nsrc, FA_F32), left,
-                     RING_TAG_DKV)) {
-      if (!s) s = ring_transport_fail(c, "posting the dK/dV receive");
-    }
+    if (r->N > 1 && (ts = post_dkv(r, 0, SLOT_DKV_RECV, in, nsrc)) && !s) s = ts;
     const double t0 = ring_now();
-    fa_tensor kb, vb, dkb, dvb;
-    ring_kv_views(r, src, r->kv[cur], r->in_dt, &kb, &vb);
-    ring_kv_views(r, src, r->dkv[cur], FA_F32, &dkb, &dvb);
-    for (int i = 0; i < 4 && !s; i++) {
-      ring_block *blk = &r->blocks[t * 4 + i];
-      if (!blk->visible) continue;
-      const ring_part *qp = &r->q.part[blk->qp],
-                      *kp = &r->k[src].part[blk->kp];
-      s = fa_plan_backward(blk->bwd, ring_part_view(u[0], qp),
-                           ring_part_view(kb, kp), ring_part_view(vb, kp),
-                           ring_part_view(o32, qp), ring_part_view(do32, qp),
-                           lse + qp->lse_off, ring_part_view(dq32, qp),
-                           ring_part_view(dkb, kp), ring_part_view(dvb, kp));
-      if (s) s = ring_fail(s, "step %d block %d: %s", t, i, fa_last_error());
-    }
+    if (!s) s = backward_step(r, u, lse, t, r->dkv[cur]);
     const double t1 = ring_now();
     if (r->N > 1) {
-      const size_t out = ring_kv_block_bytes(r, src, FA_F32);
-      if (c->post_send(c->self, SLOT_DKV_SEND, r->dkv[cur], out, right,
-                       RING_TAG_DKV)) {
-          if (!s) s = ring_transport_fail(c, "posting the dK/dV send");
-      } else {
-        r->stats.bytes_sent += (int64_t)out;
-      }
-      ts = ring_start(r);
-      if (!s) s = ts;
+      const int src = (r->rank - t + r->N) % r->N;
+      if ((ts = post_dkv(r, 1, SLOT_DKV_SEND, r->dkv[cur], src)) && !s) s = ts;
+      if ((ts = ring_start(r)) && !s) s = ts;
     }
     const double t2 = ring_now();
     if (r->N > 1) {
       const int slots[] = {SLOT_KV_RECV, SLOT_KV_SEND, SLOT_DKV_RECV,
                            SLOT_DKV_SEND};
-      for (int i = t + 1 < r->N ? 0 : 2; i < 4; i++) {
-        ts = ring_wait(r, slots[i]);
-        if (!s) s = ts;
-      }
+      for (int i = t + 1 < r->N ? 0 : 2; i < 4; i++)
+        if ((ts = ring_wait(r, slots[i])) && !s) s = ts;
     }
     r->stats.compute += t1 - t0;
     r->stats.wait += ring_now() - t2;
   }
   return s;
+}
+
+// Host memory: each step's contributions go to a zeroed scratch while the
+// block's accumulator travels in from the left (the neighbour sent it at
+// the end of ITS previous step, so it arrives during this step's compute);
+// then the scratch is added to it, in fp32, and it moves on. Same sums,
+// same order at every run: deterministic.
+static fa_status run_backward_overlap(fa_ring *r, const fa_tensor *u,
+                                      const float *lse, fa_status s) {
+  fa_status ts;
+  for (int t = 0; t < r->N; t++) {
+    const int cur = t & 1, src = (r->rank - t + r->N) % r->N;
+    if ((ts = ring_post_kv(r, t)) && !s) s = ts;
+    if (t > 0 && (ts = post_dkv(r, 0, SLOT_DKV_RECV, r->dkv[cur], src)) && !s)
+      s = ts;
+    if (t == r->N - 1 && r->N > 1 &&
+        (ts = post_dkv(r, 0, SLOT_DKV_HOME, r->dkv_home, r->rank)) && !s)
+      s = ts;
+    const size_t bytes = ring_kv_block_bytes(r, src, FA_F32);
+    const double t0 = ring_now();
+    memset(r->dkv_scratch, 0, bytes);
+    if (!s) s = backward_step(r, u, lse, t, r->dkv_scratch);
+    const double t1 = ring_now();
+    if (t > 0 && (ts = ring_wait(r, SLOT_DKV_RECV)) && !s) s = ts;
+    const double t2 = ring_now();
+    float *acc = r->dkv[cur];
+    const float *add = r->dkv_scratch;
+    for (size_t i = 0; i < bytes / sizeof(float); i++) acc[i] += add[i];
+    const double t3 = ring_now();
+    if (r->N > 1) {
+      // The previous send (from the other buffer) must be done before a
+      // new one takes its slot and before that buffer receives again.
+      if ((ts = ring_wait(r, SLOT_DKV_SEND)) && !s) s = ts;
+      if ((ts = post_dkv(r, 1, SLOT_DKV_SEND, acc, src)) && !s) s = ts;
+      if ((ts = ring_wait(r, SLOT_KV_RECV)) && !s) s = ts;
+      if ((ts = ring_wait(r, SLOT_KV_SEND)) && !s) s = ts;
+    }
+    r->stats.compute += (t1 - t0) + (t3 - t2);
+    r->stats.wait += (t2 - t1) + (ring_now() - t3);
+  }
+  if (r->N > 1) {
+    const double t4 = ring_now();
+    if ((ts = ring_wait(r, SLOT_DKV_SEND)) && !s) s = ts;
+    if ((ts = ring_wait(r, SLOT_DKV_HOME)) && !s) s = ts;
+    r->stats.wait += ring_now() - t4;
+  }
+  return s;
+}
+
+static fa_status run_backward(fa_ring *r, const fa_tensor *u, const float *lse) {
+  fa_status s = ring_pack_kv(r, u[1], u[2]);
+  if (!s) s = start_accumulators(r, u);
+  return r->dkv_scratch ? run_backward_overlap(r, u, lse, s)
+                        : run_backward_inplace(r, u, lse, s);
 }
 
 static fa_status store_backward(fa_ring *r, const fa_tensor *u) {

@@ -201,6 +201,8 @@ static fa_status build(fa_ring *r) {
                           qo, qo, zl, (size_t)r->hq * 4};
   for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
     if ((s = alloc_buf(r, bytes[i], dev[i]))) return s;
+  if (r->dkv_overlap && (s = alloc_buf(r, r->dkv_bytes, (void **)&r->dkv_scratch)))
+    return s;
   return ring_fill_zero(r, r->zero_lse, zl);
 }
 
@@ -238,6 +240,9 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
     r->N = comm->size;
     r->rank = comm->rank;
     r->shard = shard;
+    // The overlapped backward adds on the host: CPU contexts only.
+    r->dkv_overlap = !(options && options->dkv_in_place) &&
+                     strncmp(fa_context_backend(ctx), "cpu", 3) == 0;
     r->varlen = global->cu_seqlens_q != NULL;
     r->hq = global->heads_q;
     r->hkv = global->heads_kv;
@@ -273,7 +278,7 @@ void fa_ring_destroy(fa_ring *r) {
   for (int i = 0; r->k && i < r->N; i++) ring_shard_free(r->ctx, &r->k[i]);
   void *dev[] = {r->kv[0], r->kv[1], r->dkv[0], r->dkv[1], r->dkv_home,
                  r->o_acc, r->o_part, r->lse_acc, r->lse_part, r->dq_acc,
-                 r->o32, r->do32, r->zero_lse, r->dsinks_acc};
+                 r->o32, r->do32, r->zero_lse, r->dsinks_acc, r->dkv_scratch};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) fa_free(r->ctx, dev[i]);
   free(r->k);
   free(r->blocks);

@@ -14,7 +14,7 @@
 #define RING_TAG_KV 1
 #define RING_TAG_DKV 2
 // Request slots of one step.
-enum { SLOT_KV_RECV, SLOT_KV_SEND, SLOT_DKV_RECV, SLOT_DKV_SEND };
+enum { SLOT_KV_RECV, SLOT_KV_SEND, SLOT_DKV_RECV, SLOT_DKV_SEND, SLOT_DKV_HOME };
 
 #define RING_MSG 256
 
@@ -62,6 +62,7 @@ struct fa_ring {
   fa_comm *comm;
   fa_attention g; // the global problem (copy)
   int N, rank, shard, varlen;
+  int dkv_overlap; // backward: scratch + host add (see fa_ring_options)
   int hq, hkv, d, dv;
   fa_dtype in_dt; // set per call
   ring_shard q;   // this rank's queries
@@ -76,6 +77,7 @@ struct fa_ring {
   float *o_acc, *o_part, *lse_acc, *lse_part, *dq_acc, *zero_lse;
   float *lse_stage; // host: staging for LSE copies
   float *o32, *do32, *dsinks_acc;
+  float *dkv_scratch; // host contexts: one step's dK/dV (NULL: in place)
   void *zeros; // host: zeros for filling device buffers
   float *lse_host; // host: the accumulators' initial LSE (sinks or -inf)
   size_t zeros_bytes;

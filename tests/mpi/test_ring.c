@@ -30,6 +30,7 @@ typedef struct ring_case {
   int alibi, sinks, varlen;
   fa_dtype dt;
   int accumulate; // the ring's backward adds to dq/dk/dv holding 0.5
+  int in_place;   // fa_ring_options.dkv_in_place
 } ring_case;
 
 static int rank_, size_;
@@ -225,6 +226,7 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   fa_ring_options opt;
   fa_ring_options_init(&opt);
   opt.shard = c->shard;
+  opt.dkv_in_place = c->in_place;
   fa_ring *r = NULL;
   if (c->accumulate) a.backward_mode = FA_BACKWARD_ACCUMULATE;
   fa_status s = fa_ring_create(&r, ctx, comm, &a, &opt);
@@ -382,7 +384,11 @@ static const ring_case cases[] = {
     CASE("tiny.causal.zigzag", Z, 2, 3, 3, 2, 1, 16, BR, -1, -1, 0, 0, 1, 0, FA_F32),
     CASE("tiny.varlen.contig", C, 2, 2, 5, 2, 2, 16, BR, -1, -1, 0, 1, 0, 1, FA_F32),
     {"accumulate.zigzag.f32", Z, 2, 36, 36, 4, 2, 16, BR, -1, -1, 0, 0, 0, 0,
-     FA_F32, 1},
+     FA_F32, 1, 0},
+    {"in-place.causal.zigzag", Z, 2, 44, 44, 4, 2, 32, BR, -1, -1, 0, 0, 1, 0,
+     FA_F32, 0, 1},
+    {"in-place.varlen.accumulate", C, 3, 30, 30, 2, 1, 16, BR, 7, 0, 0, 1, 0, 1,
+     FA_F32, 1, 1},
 };
 
 int main(int argc, char **argv) {
