@@ -6,7 +6,8 @@
 // with no compute), for the slowest rank and the mean over ranks.
 //
 //   mpirun -np 2 fa-ring-bench -s 8192 -h 2 --hkv 1 -d 64 [--causal]
-//          [--zigzag] [--bwd] [--bf16] [--iters 3] [--threads 1]
+//          [--zigzag] [--bwd] [--bf16] [--allgather] [--iters 3]
+//          [--threads 1]
 //   -s is the number of tokens PER RANK; the global sequence is s * ranks.
 #include <math.h>
 #include <mpi.h>
@@ -38,7 +39,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int s = 4096, h = 2, hkv = 1, d = 64, causal = 0, zigzag = 0, bwd = 0,
-      iters = 3, threads = 1;
+      iters = 3, threads = 1, allgather = 0;
   fa_dtype dt = FA_F32;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--causal")) causal = 1;
     else if (!strcmp(a, "--zigzag")) zigzag = 1;
     else if (!strcmp(a, "--bwd")) bwd = 1;
+    else if (!strcmp(a, "--allgather")) allgather = 1;
     else if (!strcmp(a, "--bf16")) dt = FA_BF16;
     else {
       if (rank == 0) fprintf(stderr, "fa-ring-bench: unknown option %s\n", a);
@@ -78,6 +80,7 @@ int main(int argc, char **argv) {
   fa_ring_options opt;
   fa_ring_options_init(&opt);
   opt.shard = zigzag ? FA_SHARD_ZIGZAG : FA_SHARD_CONTIGUOUS;
+  opt.strategy = allgather ? FA_RING_STRATEGY_ALLGATHER : FA_RING_STRATEGY_RING;
   fa_ring *r = NULL;
   if (fa_ring_create(&r, ctx, comm, &a, &opt)) {
     fprintf(stderr, "ring: %s\n", fa_ring_last_error());

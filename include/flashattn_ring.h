@@ -117,7 +117,17 @@ typedef struct fa_ring_options {
    * must arrive before the step computes; its transfer is exposed). Both
    * are deterministic. */
   int dkv_in_place;
+  /** FA_RING_STRATEGY_RING (default) or FA_RING_STRATEGY_ALLGATHER. */
+  int strategy;
 } fa_ring_options;
+
+/** Forward strategies (fa_ring_options.strategy); fa_ring_describe() says
+ * which runs. The backward is always the ring's. */
+#define FA_RING_STRATEGY_RING 0 /**< K/V blocks travel, one merge per step */
+/** Every K/V block is gathered first (the Llama 3 approach, for few kv
+ * heads): one call per query part against the whole sequence, no merges;
+ * N blocks of memory, and the gather is not hidden under compute. */
+#define FA_RING_STRATEGY_ALLGATHER 1
 
 /** Defaults: struct_size set, contiguous shards. NULL is a no-op. */
 FA_API void fa_ring_options_init(fa_ring_options *o);

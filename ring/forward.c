@@ -211,16 +211,25 @@ fa_status fa_ring_forward(fa_ring *r, fa_tensor q, fa_tensor k, fa_tensor v,
     ring_layout_check(r, &r->fwd_layout, ts, 4, &changed);
     if (changed) {
       ring_plans_drop(r, 0);
-      s = plans_forward(r, q, ring_acc_view(r, r->o_part, 'q', r->hq, r->dv),
-                        o);
+      const fa_tensor o32 = ring_acc_view(r, r->o_acc, 'q', r->hq, r->dv);
+      s = r->strategy == FA_RING_STRATEGY_ALLGATHER
+              ? ring_allgather_plans(r, q, o32, o)
+              : plans_forward(r, q, ring_acc_view(r, r->o_part, 'q', r->hq,
+                                                  r->dv), o);
       if (s) r->fwd_layout.valid = 0, ring_plans_drop(r, 0);
     }
   }
   if (!s && o.data == NULL)
     s = ring_fail(INVALID, "o.data is NULL");
   if ((s = ring_agree(r->comm, s, ring_error_text()))) return s;
-  // 2. The ring.
-  s = run_forward(r, q, k, v);
+  // 2. The ring (or the gather).
+  if (r->strategy == FA_RING_STRATEGY_ALLGATHER) {
+    s = ring_init_lse(r, r->lse_acc); // the padding of varlen parts
+    fa_status gs = ring_allgather_forward(r, q, k, v);
+    if (!s) s = gs;
+  } else {
+    s = run_forward(r, q, k, v);
+  }
   if ((s = ring_agree(r->comm, s, ring_error_text()))) return s;
   // 3. Every rank succeeded: write o (one rounding) and lse.
   s = ring_convert(r, 'q', r->hq, r->dv,

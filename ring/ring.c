@@ -42,6 +42,11 @@ static fa_status check_local(const fa_attention *g, const fa_ring_options *o) {
     return ring_fail(INVALID, "options.struct_size=%zu, expected %zu (use "
                      "fa_ring_options_init)", o->struct_size,
                      sizeof(fa_ring_options));
+  if (o && o->strategy != FA_RING_STRATEGY_RING &&
+      o->strategy != FA_RING_STRATEGY_ALLGATHER)
+    return ring_fail(INVALID, "options.strategy=%d must be "
+                     "FA_RING_STRATEGY_RING or FA_RING_STRATEGY_ALLGATHER",
+                     o->strategy);
   if (o && o->shard != FA_SHARD_CONTIGUOUS && o->shard != FA_SHARD_ZIGZAG)
     return ring_fail(INVALID, "options.shard=%d must be FA_SHARD_CONTIGUOUS "
                      "or FA_SHARD_ZIGZAG", o->shard);
@@ -95,14 +100,15 @@ static int64_t cu_digest(const int32_t *cu, int n) {
 }
 
 // Every rank must describe the same whole problem.
-static fa_status check_same(fa_comm *c, const fa_attention *g, int shard) {
+static fa_status check_same(fa_comm *c, const fa_attention *g, int shard,
+                            int strategy) {
   static const char *names[] = {
       "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim",
       "head_dim_v", "scale", "causal", "window_left", "window_right",
       "softcap", "alibi_slopes (set or not)", "sinks (set or not)",
       "dsinks (set or not)", "cu_seqlens_q", "cu_seqlens_k", "positions",
       "q_position", "k_position", "backward_mode", "options.shard",
-      "communicator size"};
+      "communicator size", "options.strategy"};
   const int64_t v[] = {g->batch, g->seqlen_q, g->seqlen_k, g->heads_q,
                        g->heads_kv, g->head_dim, g->head_dim_v,
                        bits_of(g->scale), g->causal, g->window_left,
@@ -111,7 +117,7 @@ static fa_status check_same(fa_comm *c, const fa_attention *g, int shard) {
                        g->dsinks != NULL, cu_digest(g->cu_seqlens_q, g->batch),
                        cu_digest(g->cu_seqlens_k, g->batch), g->positions,
                        g->q_position, g->k_position, g->backward_mode, shard,
-                       c->size};
+                       c->size, strategy};
   const int n = (int)(sizeof v / sizeof v[0]);
   int field, who;
   int64_t lo, hi;
@@ -180,8 +186,9 @@ static fa_status build(fa_ring *r) {
                qd = (size_t)(nb * r->q.rows * r->hq * r->d) * 4,
                lse = (size_t)r->lse_size * 4 + 4;
   size_t zl = (size_t)(nb * r->q.rows * r->hq);
-  if ((size_t)(nb * r->k[r->rank].rows * r->hkv) > zl)
-    zl = (size_t)(nb * r->k[r->rank].rows * r->hkv);
+  for (int src = 0; src < r->N; src++) // every block is copied somewhere
+    if ((size_t)(nb * r->k[src].rows * r->hkv) > zl)
+      zl = (size_t)(nb * r->k[src].rows * r->hkv);
   zl = zl * 4 + 4;
   r->zeros_bytes = r->kv_bytes;
   const size_t sizes[] = {qo, qd, lse, zl};
@@ -203,7 +210,20 @@ static fa_status build(fa_ring *r) {
     if ((s = alloc_buf(r, bytes[i], dev[i]))) return s;
   if (r->dkv_overlap && (s = alloc_buf(r, r->dkv_bytes, (void **)&r->dkv_scratch)))
     return s;
-  return ring_fill_zero(r, r->zero_lse, zl);
+  if ((s = ring_fill_zero(r, r->zero_lse, zl))) return s;
+  if (r->strategy != FA_RING_STRATEGY_ALLGATHER) return FA_OK;
+  if (r->varlen) {
+    const size_t cu_b = sizeof(int32_t) * ((size_t)g->batch + 1);
+    r->cu_k = malloc(cu_b);
+    if (!r->cu_k) return ring_fail(FA_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(r->cu_k, g->cu_seqlens_k, cu_b);
+    r->rows_k_global = r->cu_k[g->batch];
+    if ((s = alloc_buf(r, cu_b, (void **)&r->cu_k_dev))) return s;
+    if (fa_copy_to_device(r->ctx, r->cu_k_dev, r->cu_k, cu_b))
+      return ring_fail(FA_ERR_BACKEND, "cu_seqlens_k: %s", fa_last_error());
+  }
+  r->k_base = g->positions == FA_POSITIONS_EXPLICIT ? g->k_position : 0;
+  return ring_allgather_make(r);
 }
 
 fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
@@ -229,7 +249,8 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
   if ((s = ring_agree(comm, s, ring_error_text()))) return s;
   const int shard = options ? options->shard : FA_SHARD_CONTIGUOUS;
   // Every rank reaches the same verdict; agreeing gives them one message.
-  if ((s = check_same(comm, global, shard)))
+  if ((s = check_same(comm, global, shard,
+                      options ? options->strategy : FA_RING_STRATEGY_RING)))
     return ring_agree(comm, s, ring_error_text());
 
   fa_ring *r = calloc(1, sizeof *r);
@@ -240,6 +261,7 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
     r->N = comm->size;
     r->rank = comm->rank;
     r->shard = shard;
+    r->strategy = options ? options->strategy : FA_RING_STRATEGY_RING;
     // The overlapped backward adds on the host: CPU contexts only.
     r->dkv_overlap = !(options && options->dkv_in_place) &&
                      strncmp(fa_context_backend(ctx), "cpu", 3) == 0;
@@ -274,6 +296,9 @@ void fa_ring_destroy(fa_ring *r) {
   if (!r) return;
   ring_plans_drop(r, 0);
   ring_plans_drop(r, 1);
+  ring_allgather_free(r);
+  free(r->cu_k);
+  fa_free(r->ctx, r->cu_k_dev);
   ring_shard_free(r->ctx, &r->q);
   for (int i = 0; r->k && i < r->N; i++) ring_shard_free(r->ctx, &r->k[i]);
   void *dev[] = {r->kv[0], r->kv[1], r->dkv[0], r->dkv[1], r->dkv_home,
@@ -363,10 +388,18 @@ size_t fa_ring_describe(const fa_ring *r, char *buf, size_t len) {
         r->shard == FA_SHARD_ZIGZAG ? "zigzag" : "contiguous", r->q.nparts,
         r->q.nparts > 1 ? "s" : "", r->varlen ? "varlen" : "dense",
         (long long)r->q.rows, (long long)r->k[r->rank].rows);
-    PUT("strategy: ring of %d steps; K/V blocks of up to %zu bytes (fp32) "
+    if (r->strategy == FA_RING_STRATEGY_ALLGATHER)
+      PUT("strategy (forward): all-gather: every rank's K/V block (up to "
+          "%zu bytes, fp32) around the ring once, each copied to its global "
+          "rows while the next travels, then one call per query part "
+          "against the whole sequence (no merges); chosen by "
+          "fa_ring_options.strategy\n", r->kv_bytes);
+    PUT("strategy%s: ring of %d steps; K/V blocks of up to %zu bytes (fp32) "
         "double-buffered, the next block posted before each step's compute; "
         "partial states merged in fp32; backward dK/dV travel with K/V and "
-        "return to their owner\n", r->N, r->kv_bytes);
+        "return to their owner\n",
+        r->strategy == FA_RING_STRATEGY_ALLGATHER ? " (backward)" : "", r->N,
+        r->kv_bytes);
     for (int t = 0; t < r->N && n < sizeof tmp; t++) {
       const int src = (r->rank - t + r->N) % r->N;
       int vis = 0, skip = 0;

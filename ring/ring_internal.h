@@ -84,6 +84,15 @@ struct fa_ring {
   ring_layout fwd_layout, bwd_layout;
   int bwd_f32_outputs;
 
+  // The all-gather strategy (allgather.c).
+  int strategy;
+  void **gather;    // [N] every rank's packed block
+  void *kv_global;  // the whole sequence's K then V
+  fa_plan **ag_plan; // [2] one plan per query part
+  fa_attention ag_problem[2];
+  int32_t *cu_k, *cu_k_dev; // the global cu_seqlens_k (host, context)
+  int64_t rows_k_global, k_base;
+
   fa_ring_stats stats;
 };
 
@@ -148,6 +157,14 @@ fa_status ring_layout_check(fa_ring *r, ring_layout *cached, const fa_tensor *t,
 void ring_plans_drop(fa_ring *r, int backward);
 
 double ring_now(void);
+
+// ---- the all-gather strategy (allgather.c) ----
+fa_status ring_allgather_make(fa_ring *r);
+void ring_allgather_free(fa_ring *r);
+fa_status ring_allgather_plans(fa_ring *r, fa_tensor q, fa_tensor o32,
+                               fa_tensor o);
+fa_status ring_allgather_forward(fa_ring *r, fa_tensor q, fa_tensor k,
+                                 fa_tensor v);
 
 // ---- steps shared by the forward and the backward (forward.c) ----
 fa_status ring_check_dtypes(fa_ring *r, const fa_tensor *t,

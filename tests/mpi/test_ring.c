@@ -31,6 +31,7 @@ typedef struct ring_case {
   fa_dtype dt;
   int accumulate; // the ring's backward adds to dq/dk/dv holding 0.5
   int in_place;   // fa_ring_options.dkv_in_place
+  int strategy;   // fa_ring_options.strategy
 } ring_case;
 
 static int rank_, size_;
@@ -227,6 +228,7 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   fa_ring_options_init(&opt);
   opt.shard = c->shard;
   opt.dkv_in_place = c->in_place;
+  opt.strategy = c->strategy;
   fa_ring *r = NULL;
   if (c->accumulate) a.backward_mode = FA_BACKWARD_ACCUMULATE;
   fa_status s = fa_ring_create(&r, ctx, comm, &a, &opt);
@@ -389,6 +391,12 @@ static const ring_case cases[] = {
      FA_F32, 0, 1},
     {"in-place.varlen.accumulate", C, 3, 30, 30, 2, 1, 16, BR, 7, 0, 0, 1, 0, 1,
      FA_F32, 1, 1},
+    {"allgather.causal.sinks.zigzag", Z, 2, 50, 50, 8, 1, 32, BR, -1, -1, 0, 0, 1,
+     0, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
+    {"allgather.varlen.window.alibi", C, 3, 33, 47, 4, 1, 16, BR, 10, 0, 2.0f, 1,
+     0, 1, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
+    {"allgather.varlen.zigzag.bf16", Z, 2, 40, 40, 4, 2, 32, BR, -1, -1, 0, 0, 1,
+     1, FA_BF16, 0, 0, FA_RING_STRATEGY_ALLGATHER},
 };
 
 int main(int argc, char **argv) {
