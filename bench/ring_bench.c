@@ -44,17 +44,28 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *nx = i + 1 < argc ? argv[i + 1] : "0";
-    if (!strcmp(a, "-s")) s = atoi(nx), i++;
-    else if (!strcmp(a, "-h")) h = atoi(nx), i++;
-    else if (!strcmp(a, "--hkv")) hkv = atoi(nx), i++;
-    else if (!strcmp(a, "-d")) d = atoi(nx), i++;
-    else if (!strcmp(a, "--iters")) iters = atoi(nx), i++;
-    else if (!strcmp(a, "--threads")) threads = atoi(nx), i++;
-    else if (!strcmp(a, "--causal")) causal = 1;
-    else if (!strcmp(a, "--zigzag")) zigzag = 1;
-    else if (!strcmp(a, "--bwd")) bwd = 1;
-    else if (!strcmp(a, "--allgather")) allgather = 1;
-    else if (!strcmp(a, "--bf16")) dt = FA_BF16;
+    if (!strcmp(a, "-s"))
+      s = atoi(nx), i++;
+    else if (!strcmp(a, "-h"))
+      h = atoi(nx), i++;
+    else if (!strcmp(a, "--hkv"))
+      hkv = atoi(nx), i++;
+    else if (!strcmp(a, "-d"))
+      d = atoi(nx), i++;
+    else if (!strcmp(a, "--iters"))
+      iters = atoi(nx), i++;
+    else if (!strcmp(a, "--threads"))
+      threads = atoi(nx), i++;
+    else if (!strcmp(a, "--causal"))
+      causal = 1;
+    else if (!strcmp(a, "--zigzag"))
+      zigzag = 1;
+    else if (!strcmp(a, "--bwd"))
+      bwd = 1;
+    else if (!strcmp(a, "--allgather"))
+      allgather = 1;
+    else if (!strcmp(a, "--bf16"))
+      dt = FA_BF16;
     else {
       if (rank == 0) fprintf(stderr, "fa-ring-bench: unknown option %s\n", a);
       MPI_Finalize();
@@ -86,7 +97,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ring: %s\n", fa_ring_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  const int64_t lq = fa_ring_local_rows(r, 'q'), lk = fa_ring_local_rows(r, 'k');
+  const int64_t lq = fa_ring_local_rows(r, 'q'),
+                lk = fa_ring_local_rows(r, 'k');
   const size_t es = dt == FA_F32 ? 4 : 2, nq = (size_t)lq * h * d,
                nk = (size_t)lk * hkv * d;
   void *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nk * es),
@@ -123,8 +135,8 @@ int main(int argc, char **argv) {
     fa_ring_describe(r, desc, sizeof desc);
     printf("%s", desc);
     printf("ranks %d, %d tokens per rank (global %d), heads %d/%d, d %d, %s, "
-           "%s, %s, %d thread(s) per rank, K/V block %.2f MB\n", size, s,
-           s * size, h, hkv, d, causal ? "causal" : "full",
+           "%s, %s, %d thread(s) per rank, K/V block %.2f MB\n",
+           size, s, s * size, h, hkv, d, causal ? "causal" : "full",
            zigzag ? "zigzag" : "contiguous", dt == FA_F32 ? "f32" : "bf16",
            threads, block / 1e6);
     printf("%-8s %4s %10s %10s %10s %10s %8s\n", "pass", "iter", "step ms",

@@ -158,8 +158,8 @@ typedef struct fa_ring fa_ring;
  * field and the ranks) and keeps references to @p ctx and @p comm, which
  * must outlive it. Nothing travels yet.
  */
-FA_API fa_status fa_ring_create(fa_ring **ring, fa_context *ctx,
-                                fa_comm *comm, const fa_attention *global,
+FA_API fa_status fa_ring_create(fa_ring **ring, fa_context *ctx, fa_comm *comm,
+                                const fa_attention *global,
                                 const fa_ring_options *options);
 
 /** Free a ring (local, not collective). NULL is a no-op. */

@@ -28,8 +28,8 @@ const char *fa_ring_last_error(void) { return ring_msg; }
 
 fa_status ring_transport_fail(fa_comm *c, const char *what) {
   const char *t = c->error ? c->error(c->self) : NULL;
-  return ring_fail(FA_ERR_BACKEND, "rank %d: transport: %s failed: %s",
-                   c->rank, what, t && *t ? t : "(no text)");
+  return ring_fail(FA_ERR_BACKEND, "rank %d: transport: %s failed: %s", c->rank,
+                   what, t && *t ? t : "(no text)");
 }
 
 #define MSG_WORDS (RING_MSG / 8)

@@ -88,9 +88,9 @@ fa_status ring_allgather_plans(fa_ring *r, fa_tensor q, fa_tensor o32,
     const ring_part *qp = &r->q.part[p];
     if (qp->maxlen == 0) continue;
     fa_plan *check = NULL;
-    fa_status s = fa_plan_create(r->ctx, &r->ag_problem[p],
-                                 ring_part_view(q, qp), kg, vg,
-                                 ring_part_view(o32, qp), &r->ag_plan[p]);
+    fa_status s =
+        fa_plan_create(r->ctx, &r->ag_problem[p], ring_part_view(q, qp), kg, vg,
+                       ring_part_view(o32, qp), &r->ag_plan[p]);
     if (!s)
       s = fa_plan_create(r->ctx, &r->ag_problem[p], ring_part_view(q, qp), kg,
                          vg, ring_part_view(o, qp), &check);
@@ -119,9 +119,9 @@ static fa_status place_block(fa_ring *r, int src, void *block) {
         const size_t es = ring_dtype_size(r->in_dt);
         s.data = (char *)s.data + (size_t)(from * s.stride_seq) * es;
         d.data = (char *)d.data + (size_t)(to * d.stride_seq) * es;
-        fa_status st = fa_merge_states(r->ctx, 1, &s, &zero,
-                                       r->varlen ? 1 : r->g.batch, (int)len,
-                                       r->hkv, half ? r->dv : r->d, d, NULL);
+        fa_status st =
+            fa_merge_states(r->ctx, 1, &s, &zero, r->varlen ? 1 : r->g.batch,
+                            (int)len, r->hkv, half ? r->dv : r->d, d, NULL);
         if (st) return ring_fail(st, "all-gather copy: %s", fa_last_error());
       }
     }
@@ -168,7 +168,8 @@ fa_status ring_allgather_forward(fa_ring *r, fa_tensor q, fa_tensor k,
     if (!r->ag_plan[p]) continue;
     s = fa_plan_forward(r->ag_plan[p], ring_part_view(q, qp), kg, vg,
                         ring_part_view(acc, qp), r->lse_acc + qp->lse_off);
-    if (s) s = ring_fail(s, "all-gather, query part %d: %s", p, fa_last_error());
+    if (s)
+      s = ring_fail(s, "all-gather, query part %d: %s", p, fa_last_error());
   }
   r->stats.compute += ring_now() - t2;
   return s;

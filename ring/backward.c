@@ -36,13 +36,13 @@ static fa_status plans_backward(fa_ring *r, const fa_tensor *u) {
     fa_tensor kb, vb, dkb, dvb;
     ring_kv_views(r, src, r->kv[t & 1], r->in_dt, &kb, &vb);
     // The dK/dV buffer the step will run with (plans keep its alignment).
-    ring_kv_views(r, src, r->dkv_scratch ? (void *)r->dkv_scratch : r->dkv[t & 1],
+    ring_kv_views(r, src,
+                  r->dkv_scratch ? (void *)r->dkv_scratch : r->dkv[t & 1],
                   FA_F32, &dkb, &dvb);
     for (int i = 0; i < 4; i++) {
       ring_block *blk = &r->blocks[t * 4 + i];
       if (!blk->visible) continue;
-      const ring_part *qp = &r->q.part[blk->qp],
-                      *kp = &r->k[src].part[blk->kp];
+      const ring_part *qp = &r->q.part[blk->qp], *kp = &r->k[src].part[blk->kp];
       fa_attention a = block_problem(r, t * 4 + i);
       fa_status s = fa_plan_create_backward(
           r->ctx, &a, ring_part_view(u[0], qp), ring_part_view(kb, kp),
@@ -60,9 +60,10 @@ static fa_status plans_backward(fa_ring *r, const fa_tensor *u) {
         fa_plan_destroy(check);
       }
       if (s)
-        return ring_fail(s, "step %d (K/V of rank %d), query part %d x key "
-                         "part %d: %s", t, src, blk->qp, blk->kp,
-                         fa_last_error());
+        return ring_fail(s,
+                         "step %d (K/V of rank %d), query part %d x key "
+                         "part %d: %s",
+                         t, src, blk->qp, blk->kp, fa_last_error());
     }
   }
   return FA_OK;
@@ -76,13 +77,15 @@ static fa_status start_accumulators(fa_ring *r, const fa_tensor *u) {
   const fa_tensor dq32 = ring_acc_view(r, r->dq_acc, 'q', r->hq, r->d);
   fa_status s = ring_convert(r, 'q', r->hq, r->dv, u[3],
                              ring_acc_view(r, r->o32, 'q', r->hq, r->dv));
-  if (!s) s = ring_convert(r, 'q', r->hq, r->dv, u[4],
-                           ring_acc_view(r, r->do32, 'q', r->hq, r->dv));
+  if (!s)
+    s = ring_convert(r, 'q', r->hq, r->dv, u[4],
+                     ring_acc_view(r, r->do32, 'q', r->hq, r->dv));
   if (!s && acc) s = ring_convert(r, 'q', r->hq, r->d, u[5], dq32);
   if (!s && acc) s = ring_convert(r, 'k', r->hkv, r->d, u[6], dkb);
   if (!s && acc) s = ring_convert(r, 'k', r->hkv, r->dv, u[7], dvb);
   if (!s && !acc)
-    s = ring_fill_zero(r, r->dq_acc, nb * (size_t)(r->q.rows * r->hq * r->d) * 4);
+    s = ring_fill_zero(r, r->dq_acc,
+                       nb * (size_t)(r->q.rows * r->hq * r->d) * 4);
   if (!s && !acc)
     s = ring_fill_zero(r, r->dkv[0], ring_kv_block_bytes(r, r->rank, FA_F32));
   if (!s) s = ring_fill_zero(r, r->dsinks_acc, sizeof(float) * (size_t)r->hq);
@@ -142,7 +145,8 @@ static fa_status run_backward_inplace(fa_ring *r, const fa_tensor *u,
     // behind a receive that waits for it.
     const int nsrc = (r->rank - t - 1 + r->N) % r->N;
     void *in = t + 1 < r->N ? r->dkv[cur ^ 1] : r->dkv_home;
-    if (r->N > 1 && (ts = post_dkv(r, 0, SLOT_DKV_RECV, in, nsrc)) && !s) s = ts;
+    if (r->N > 1 && (ts = post_dkv(r, 0, SLOT_DKV_RECV, in, nsrc)) && !s)
+      s = ts;
     const double t0 = ring_now();
     if (!s) s = backward_step(r, u, lse, t, r->dkv[cur]);
     const double t1 = ring_now();
@@ -211,7 +215,8 @@ static fa_status run_backward_overlap(fa_ring *r, const fa_tensor *u,
   return s;
 }
 
-static fa_status run_backward(fa_ring *r, const fa_tensor *u, const float *lse) {
+static fa_status run_backward(fa_ring *r, const fa_tensor *u,
+                              const float *lse) {
   fa_status s = ring_pack_kv(r, u[1], u[2]);
   if (!s) s = start_accumulators(r, u);
   return r->dkv_scratch ? run_backward_overlap(r, u, lse, s)
@@ -222,14 +227,15 @@ static fa_status store_backward(fa_ring *r, const fa_tensor *u) {
   fa_tensor dkb, dvb;
   ring_kv_views(r, r->rank, r->N > 1 ? r->dkv_home : r->dkv[0], FA_F32, &dkb,
                 &dvb);
-  fa_status s = ring_convert(r, 'q', r->hq, r->d,
-                             ring_acc_view(r, r->dq_acc, 'q', r->hq, r->d), u[5]);
+  fa_status s = ring_convert(
+      r, 'q', r->hq, r->d, ring_acc_view(r, r->dq_acc, 'q', r->hq, r->d), u[5]);
   if (!s) s = ring_convert(r, 'k', r->hkv, r->d, dkb, u[6]);
   if (!s) s = ring_convert(r, 'k', r->hkv, r->dv, dvb, u[7]);
   if (!s && r->g.sinks && r->g.dsinks) {
     float mine[1024], old[1024];
     const size_t b = sizeof(float) * (size_t)r->hq;
-    if (r->hq > 1024) return ring_fail(FA_ERR_UNSUPPORTED, "dsinks with heads_q > 1024");
+    if (r->hq > 1024)
+      return ring_fail(FA_ERR_UNSUPPORTED, "dsinks with heads_q > 1024");
     if (fa_copy_to_host(r->ctx, mine, r->dsinks_acc, b) ||
         (r->g.backward_mode == FA_BACKWARD_ACCUMULATE &&
          fa_copy_to_host(r->ctx, old, r->g.dsinks, b)))
@@ -249,8 +255,8 @@ fa_status fa_ring_backward(fa_ring *r, fa_tensor q, fa_tensor k, fa_tensor v,
   if (!r) return ring_fail(INVALID, "ring is NULL");
   const double t_start = ring_now();
   ring_stats_begin(r);
-  static const char *const names[] = {"q", "k", "v", "o", "d_o", "dq", "dk",
-                                      "dv"};
+  static const char *const names[] = {"q",   "k",  "v",  "o",
+                                      "d_o", "dq", "dk", "dv"};
   const fa_tensor u[8] = {q, k, v, o, d_o, dq, dk, dv};
   fa_status s = ring_check_dtypes(r, u, names, 8);
   if (!s && (q.dtype != k.dtype || q.dtype != v.dtype))

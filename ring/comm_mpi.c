@@ -19,20 +19,23 @@ typedef struct comm_mpi {
 static int mpi_fail(comm_mpi *m, const char *what, int rc) {
   char text[MPI_MAX_ERROR_STRING];
   int n = 0;
-  if (MPI_Error_string(rc, text, &n) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", rc);
+  if (MPI_Error_string(rc, text, &n) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error %d", rc);
   snprintf(m->err, sizeof m->err, "%s: %s", what, text);
   return rc ? rc : 1;
 }
 
 static int bad_slot(comm_mpi *m, int slot, size_t bytes) {
   if (slot < 0 || slot >= FA_COMM_SLOTS) {
-    snprintf(m->err, sizeof m->err, "slot %d out of [0, %d)", slot, FA_COMM_SLOTS);
+    snprintf(m->err, sizeof m->err, "slot %d out of [0, %d)", slot,
+             FA_COMM_SLOTS);
     return 1;
   }
   if (bytes > (size_t)INT_MAX) {
     snprintf(m->err, sizeof m->err,
              "a message of %zu bytes exceeds MPI's int count (%d); use more "
-             "ranks or a smaller batch", bytes, INT_MAX);
+             "ranks or a smaller batch",
+             bytes, INT_MAX);
     return 1;
   }
   if (m->req[slot] != MPI_REQUEST_NULL) {
@@ -46,7 +49,8 @@ static int mpi_post_send(void *self, int slot, const void *buf, size_t bytes,
                          int peer, int tag) {
   comm_mpi *m = self;
   if (bad_slot(m, slot, bytes)) return 1;
-  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->req[slot]);
+  int rc =
+      MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->req[slot]);
   return rc == MPI_SUCCESS ? 0 : mpi_fail(m, "MPI_Isend", rc);
 }
 
@@ -54,7 +58,8 @@ static int mpi_post_recv(void *self, int slot, void *buf, size_t bytes,
                          int peer, int tag) {
   comm_mpi *m = self;
   if (bad_slot(m, slot, bytes)) return 1;
-  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->req[slot]);
+  int rc =
+      MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, m->comm, &m->req[slot]);
   return rc == MPI_SUCCESS ? 0 : mpi_fail(m, "MPI_Irecv", rc);
 }
 
@@ -68,7 +73,8 @@ static int mpi_wait(void *self, int slot) {
 
 static int mpi_allreduce_max(void *self, int64_t *values, int n) {
   comm_mpi *m = self;
-  int rc = MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, MPI_MAX, m->comm);
+  int rc =
+      MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, MPI_MAX, m->comm);
   return rc == MPI_SUCCESS ? 0 : mpi_fail(m, "MPI_Allreduce", rc);
 }
 
@@ -97,7 +103,8 @@ fa_status fa_comm_create_mpi(MPI_Comm comm, fa_comm **out) {
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (!inited || finalized)
-    return ring_fail(FA_ERR_INVALID_ARGUMENT, "MPI is %s (the program "
+    return ring_fail(FA_ERR_INVALID_ARGUMENT,
+                     "MPI is %s (the program "
                      "initialises MPI; the library never calls MPI_Init)",
                      finalized ? "finalized" : "not initialized");
   if (comm == MPI_COMM_NULL)
@@ -112,7 +119,8 @@ fa_status fa_comm_create_mpi(MPI_Comm comm, fa_comm **out) {
   for (int i = 0; i < FA_COMM_SLOTS; i++) m->req[i] = MPI_REQUEST_NULL;
   m->comm = MPI_COMM_NULL;
   int rc = MPI_Comm_dup(comm, &m->comm);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &c->rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &c->size);
   if (rc != MPI_SUCCESS) {

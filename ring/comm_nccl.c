@@ -71,7 +71,8 @@ static int nccl_start(void *self) {
   comm_nccl *m = self;
   cudaError_t e = cudaEventRecord(m->ready, m->compute);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(m->comm_stream, m->ready, 0);
-  if (e != cudaSuccess) return cuda_fail(m, "cudaEventRecord/StreamWaitEvent", e);
+  if (e != cudaSuccess)
+    return cuda_fail(m, "cudaEventRecord/StreamWaitEvent", e);
   ncclResult_t r = ncclGroupStart();
   if (r != ncclSuccess) return nccl_fail(m, "ncclGroupStart", r);
   for (int i = 0; i < FA_COMM_SLOTS; i++) {
@@ -158,7 +159,8 @@ fa_status fa_comm_create_nccl(ncclComm_t comm, cudaStream_t stream,
   if (r == ncclSuccess) r = ncclCommUserRank(comm, &c->rank);
   if (r != ncclSuccess) bad = nccl_fail(m, "ncclCommCount/UserRank", r);
   cudaError_t e = cudaSuccess;
-  if (!bad) e = cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking);
+  if (!bad)
+    e = cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking);
   if (!bad && e == cudaSuccess)
     e = cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming);
   for (int i = 0; !bad && e == cudaSuccess && i < FA_COMM_SLOTS; i++)

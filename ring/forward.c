@@ -18,8 +18,8 @@
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 
-fa_status ring_check_dtypes(fa_ring *r, const fa_tensor *t, const char *const *names,
-                            int n) {
+fa_status ring_check_dtypes(fa_ring *r, const fa_tensor *t,
+                            const char *const *names, int n) {
   int64_t v[8];
   for (int i = 0; i < n; i++) v[i] = t[i].dtype;
   int field, who;
@@ -27,9 +27,11 @@ fa_status ring_check_dtypes(fa_ring *r, const fa_tensor *t, const char *const *n
   fa_status s = ring_same(r->comm, v, n, &field, &lo, &hi, &who);
   if (s || field < 0) return s;
   static const char *dn[] = {"f32", "f16", "bf16"};
-  return ring_fail(INVALID, "rank %d: %s.dtype differs across ranks (%s on "
-                   "some, %s on others)", who, names[field],
-                   lo >= 0 && lo <= 2 ? dn[lo] : "?", hi >= 0 && hi <= 2 ? dn[hi] : "?");
+  return ring_fail(INVALID,
+                   "rank %d: %s.dtype differs across ranks (%s on "
+                   "some, %s on others)",
+                   who, names[field], lo >= 0 && lo <= 2 ? dn[lo] : "?",
+                   hi >= 0 && hi <= 2 ? dn[hi] : "?");
 }
 
 // Post step t's K/V transfer: receive the next block, send the current one.
@@ -85,12 +87,10 @@ static fa_status plans_forward(fa_ring *r, fa_tensor q, fa_tensor o32,
     for (int i = 0; i < 4; i++) {
       ring_block *blk = &r->blocks[t * 4 + i];
       if (!blk->visible) continue;
-      const ring_part *qp = &r->q.part[blk->qp],
-                      *kp = &r->k[src].part[blk->kp];
-      fa_status s = fa_plan_create(r->ctx, &blk->a, ring_part_view(q, qp),
-                                   ring_part_view(kb, kp),
-                                   ring_part_view(vb, kp),
-                                   ring_part_view(o32, qp), &blk->fwd);
+      const ring_part *qp = &r->q.part[blk->qp], *kp = &r->k[src].part[blk->kp];
+      fa_status s = fa_plan_create(
+          r->ctx, &blk->a, ring_part_view(q, qp), ring_part_view(kb, kp),
+          ring_part_view(vb, kp), ring_part_view(o32, qp), &blk->fwd);
       if (!s && t == 0) {
         fa_plan *check = NULL;
         s = fa_plan_create(r->ctx, &blk->a, ring_part_view(q, qp),
@@ -99,9 +99,10 @@ static fa_status plans_forward(fa_ring *r, fa_tensor q, fa_tensor o32,
         fa_plan_destroy(check);
       }
       if (s)
-        return ring_fail(s, "step %d (K/V of rank %d), query part %d x key "
-                         "part %d: %s", t, src, blk->qp, blk->kp,
-                         fa_last_error());
+        return ring_fail(s,
+                         "step %d (K/V of rank %d), query part %d x key "
+                         "part %d: %s",
+                         t, src, blk->qp, blk->kp, fa_last_error());
     }
   }
   return FA_OK;
@@ -112,7 +113,8 @@ fa_status ring_init_lse(fa_ring *r, float *dst) {
   float sinks[1024];
   const int hq = r->hq;
   if (r->g.sinks) {
-    if (hq > 1024) return ring_fail(FA_ERR_UNSUPPORTED, "sinks with heads_q=%d > 1024", hq);
+    if (hq > 1024)
+      return ring_fail(FA_ERR_UNSUPPORTED, "sinks with heads_q=%d > 1024", hq);
     if (fa_copy_to_host(r->ctx, sinks, r->g.sinks, sizeof(float) * (size_t)hq))
       return ring_fail(FA_ERR_BACKEND, "sinks: %s", fa_last_error());
   }
@@ -124,9 +126,8 @@ fa_status ring_init_lse(fa_ring *r, float *dst) {
           r->lse_stage[pt->lse_off + ((int64_t)b * hq + h) * pt->maxlen + i] =
               r->g.sinks && i < pt->len[b] ? sinks[h] : -INFINITY;
   }
-  if (r->lse_size &&
-      fa_copy_to_device(r->ctx, dst, r->lse_stage,
-                        sizeof(float) * (size_t)r->lse_size))
+  if (r->lse_size && fa_copy_to_device(r->ctx, dst, r->lse_stage,
+                                       sizeof(float) * (size_t)r->lse_size))
     return ring_fail(FA_ERR_BACKEND, "lse init: %s", fa_last_error());
   return FA_OK;
 }
@@ -136,8 +137,10 @@ static fa_status run_forward(fa_ring *r, fa_tensor q, fa_tensor k,
   fa_status s = ring_pack_kv(r, k, v);
   const fa_tensor acc = ring_acc_view(r, r->o_acc, 'q', r->hq, r->dv),
                   part = ring_acc_view(r, r->o_part, 'q', r->hq, r->dv);
-  if (!s) s = ring_fill_zero(r, r->o_acc, (size_t)(r->varlen ? 1 : r->g.batch) *
-                                              (size_t)(r->q.rows * r->hq * r->dv) * 4);
+  if (!s)
+    s = ring_fill_zero(r, r->o_acc,
+                       (size_t)(r->varlen ? 1 : r->g.batch) *
+                           (size_t)(r->q.rows * r->hq * r->dv) * 4);
   if (!s) s = ring_init_lse(r, r->lse_acc);
   for (int t = 0; t < r->N; t++) {
     const int src = (r->rank - t + r->N) % r->N;
@@ -149,8 +152,7 @@ static fa_status run_forward(fa_ring *r, fa_tensor q, fa_tensor k,
     for (int i = 0; i < 4 && !s; i++) {
       ring_block *blk = &r->blocks[t * 4 + i];
       if (!blk->visible) continue;
-      const ring_part *qp = &r->q.part[blk->qp],
-                      *kp = &r->k[src].part[blk->kp];
+      const ring_part *qp = &r->q.part[blk->qp], *kp = &r->k[src].part[blk->kp];
       float *lse_part = r->lse_part + qp->lse_off;
       s = fa_plan_forward(blk->fwd, ring_part_view(q, qp),
                           ring_part_view(kb, kp), ring_part_view(vb, kp),
@@ -214,13 +216,12 @@ fa_status fa_ring_forward(fa_ring *r, fa_tensor q, fa_tensor k, fa_tensor v,
       const fa_tensor o32 = ring_acc_view(r, r->o_acc, 'q', r->hq, r->dv);
       s = r->strategy == FA_RING_STRATEGY_ALLGATHER
               ? ring_allgather_plans(r, q, o32, o)
-              : plans_forward(r, q, ring_acc_view(r, r->o_part, 'q', r->hq,
-                                                  r->dv), o);
+              : plans_forward(
+                    r, q, ring_acc_view(r, r->o_part, 'q', r->hq, r->dv), o);
       if (s) r->fwd_layout.valid = 0, ring_plans_drop(r, 0);
     }
   }
-  if (!s && o.data == NULL)
-    s = ring_fail(INVALID, "o.data is NULL");
+  if (!s && o.data == NULL) s = ring_fail(INVALID, "o.data is NULL");
   if ((s = ring_agree(r->comm, s, ring_error_text()))) return s;
   // 2. The ring (or the gather).
   if (r->strategy == FA_RING_STRATEGY_ALLGATHER) {

@@ -36,39 +36,49 @@ void fa_comm_destroy(fa_comm *comm) {
 static fa_status check_local(const fa_attention *g, const fa_ring_options *o) {
   if (!g) return ring_fail(INVALID, "global problem is NULL");
   if (g->struct_size != sizeof(fa_attention))
-    return ring_fail(INVALID, "global.struct_size=%zu, expected %zu (use "
-                     "fa_attention_init)", g->struct_size, sizeof(fa_attention));
+    return ring_fail(INVALID,
+                     "global.struct_size=%zu, expected %zu (use "
+                     "fa_attention_init)",
+                     g->struct_size, sizeof(fa_attention));
   if (o && o->struct_size != sizeof(fa_ring_options))
-    return ring_fail(INVALID, "options.struct_size=%zu, expected %zu (use "
-                     "fa_ring_options_init)", o->struct_size,
-                     sizeof(fa_ring_options));
+    return ring_fail(INVALID,
+                     "options.struct_size=%zu, expected %zu (use "
+                     "fa_ring_options_init)",
+                     o->struct_size, sizeof(fa_ring_options));
   if (o && o->strategy != FA_RING_STRATEGY_RING &&
       o->strategy != FA_RING_STRATEGY_ALLGATHER)
-    return ring_fail(INVALID, "options.strategy=%d must be "
+    return ring_fail(INVALID,
+                     "options.strategy=%d must be "
                      "FA_RING_STRATEGY_RING or FA_RING_STRATEGY_ALLGATHER",
                      o->strategy);
   if (o && o->shard != FA_SHARD_CONTIGUOUS && o->shard != FA_SHARD_ZIGZAG)
-    return ring_fail(INVALID, "options.shard=%d must be FA_SHARD_CONTIGUOUS "
-                     "or FA_SHARD_ZIGZAG", o->shard);
-  if (g->batch < 1) return ring_fail(INVALID, "global.batch=%d must be >= 1",
-                                     g->batch);
-  if (g->heads_q < 1 || g->heads_kv < 1 || g->head_dim < 1 ||
-      g->head_dim_v < 0)
-    return ring_fail(INVALID, "global heads_q=%d, heads_kv=%d, head_dim=%d, "
-                     "head_dim_v=%d must be >= 1", g->heads_q, g->heads_kv,
-                     g->head_dim, g->head_dim_v);
+    return ring_fail(INVALID,
+                     "options.shard=%d must be FA_SHARD_CONTIGUOUS "
+                     "or FA_SHARD_ZIGZAG",
+                     o->shard);
+  if (g->batch < 1)
+    return ring_fail(INVALID, "global.batch=%d must be >= 1", g->batch);
+  if (g->heads_q < 1 || g->heads_kv < 1 || g->head_dim < 1 || g->head_dim_v < 0)
+    return ring_fail(INVALID,
+                     "global heads_q=%d, heads_kv=%d, head_dim=%d, "
+                     "head_dim_v=%d must be >= 1",
+                     g->heads_q, g->heads_kv, g->head_dim, g->head_dim_v);
   if (g->block_table || g->seqused_k)
-    return ring_fail(FA_ERR_UNSUPPORTED, "global.%s: paged or cached K/V "
+    return ring_fail(FA_ERR_UNSUPPORTED,
+                     "global.%s: paged or cached K/V "
                      "cannot be sharded by the ring",
                      g->block_table ? "block_table" : "seqused_k");
   if (g->q_positions || g->k_positions)
-    return ring_fail(FA_ERR_UNSUPPORTED, "global.%s: per-sequence position "
+    return ring_fail(FA_ERR_UNSUPPORTED,
+                     "global.%s: per-sequence position "
                      "arrays are not supported by the ring (use q_position / "
-                     "k_position)", g->q_positions ? "q_positions" :
-                     "k_positions");
+                     "k_position)",
+                     g->q_positions ? "q_positions" : "k_positions");
   if ((g->cu_seqlens_q == NULL) != (g->cu_seqlens_k == NULL))
-    return ring_fail(INVALID, "global.cu_seqlens_%s is NULL while the other "
-                     "is set (varlen needs both)", g->cu_seqlens_q ? "k" : "q");
+    return ring_fail(INVALID,
+                     "global.cu_seqlens_%s is NULL while the other "
+                     "is set (varlen needs both)",
+                     g->cu_seqlens_q ? "k" : "q");
   if (g->seqlen_q < 0 || g->seqlen_k < 0)
     return ring_fail(INVALID, "global seqlen_q=%d, seqlen_k=%d must be >= 0",
                      g->seqlen_q, g->seqlen_k);
@@ -80,9 +90,11 @@ static fa_status check_local(const fa_attention *g, const fa_ring_options *o) {
                        side ? 'k' : 'q', cu[0]);
     for (int b = 0; b < g->batch; b++)
       if (cu[b + 1] < cu[b] || cu[b + 1] - cu[b] > lim)
-        return ring_fail(INVALID, "global.cu_seqlens_%c[%d]=%d: lengths must "
-                         "be in [0, seqlen_%c=%d]", side ? 'k' : 'q', b + 1,
-                         cu[b + 1], side ? 'k' : 'q', lim);
+        return ring_fail(INVALID,
+                         "global.cu_seqlens_%c[%d]=%d: lengths must "
+                         "be in [0, seqlen_%c=%d]",
+                         side ? 'k' : 'q', b + 1, cu[b + 1], side ? 'k' : 'q',
+                         lim);
   }
   return FA_OK;
 }
@@ -95,38 +107,72 @@ static int64_t bits_of(float x) {
 
 static int64_t cu_digest(const int32_t *cu, int n) {
   uint64_t h = 1469598103934665603ull;
-  for (int i = 0; cu && i <= n; i++) h = (h ^ (uint32_t)cu[i]) * 1099511628211ull;
+  for (int i = 0; cu && i <= n; i++)
+    h = (h ^ (uint32_t)cu[i]) * 1099511628211ull;
   return (int64_t)(h >> 1);
 }
 
 // Every rank must describe the same whole problem.
 static fa_status check_same(fa_comm *c, const fa_attention *g, int shard,
                             int strategy) {
-  static const char *names[] = {
-      "batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim",
-      "head_dim_v", "scale", "causal", "window_left", "window_right",
-      "softcap", "alibi_slopes (set or not)", "sinks (set or not)",
-      "dsinks (set or not)", "cu_seqlens_q", "cu_seqlens_k", "positions",
-      "q_position", "k_position", "backward_mode", "options.shard",
-      "communicator size", "options.strategy"};
-  const int64_t v[] = {g->batch, g->seqlen_q, g->seqlen_k, g->heads_q,
-                       g->heads_kv, g->head_dim, g->head_dim_v,
-                       bits_of(g->scale), g->causal, g->window_left,
-                       g->window_right, bits_of(g->softcap),
-                       g->alibi_slopes != NULL, g->sinks != NULL,
-                       g->dsinks != NULL, cu_digest(g->cu_seqlens_q, g->batch),
-                       cu_digest(g->cu_seqlens_k, g->batch), g->positions,
-                       g->q_position, g->k_position, g->backward_mode, shard,
-                       c->size, strategy};
+  static const char *names[] = {"batch",
+                                "seqlen_q",
+                                "seqlen_k",
+                                "heads_q",
+                                "heads_kv",
+                                "head_dim",
+                                "head_dim_v",
+                                "scale",
+                                "causal",
+                                "window_left",
+                                "window_right",
+                                "softcap",
+                                "alibi_slopes (set or not)",
+                                "sinks (set or not)",
+                                "dsinks (set or not)",
+                                "cu_seqlens_q",
+                                "cu_seqlens_k",
+                                "positions",
+                                "q_position",
+                                "k_position",
+                                "backward_mode",
+                                "options.shard",
+                                "communicator size",
+                                "options.strategy"};
+  const int64_t v[] = {g->batch,
+                       g->seqlen_q,
+                       g->seqlen_k,
+                       g->heads_q,
+                       g->heads_kv,
+                       g->head_dim,
+                       g->head_dim_v,
+                       bits_of(g->scale),
+                       g->causal,
+                       g->window_left,
+                       g->window_right,
+                       bits_of(g->softcap),
+                       g->alibi_slopes != NULL,
+                       g->sinks != NULL,
+                       g->dsinks != NULL,
+                       cu_digest(g->cu_seqlens_q, g->batch),
+                       cu_digest(g->cu_seqlens_k, g->batch),
+                       g->positions,
+                       g->q_position,
+                       g->k_position,
+                       g->backward_mode,
+                       shard,
+                       c->size,
+                       strategy};
   const int n = (int)(sizeof v / sizeof v[0]);
   int field, who;
   int64_t lo, hi;
   fa_status s = ring_same(c, v, n, &field, &lo, &hi, &who);
   if (s || field < 0) return s;
-  return ring_fail(INVALID, "rank %d: global.%s differs across ranks: %lld "
+  return ring_fail(INVALID,
+                   "rank %d: global.%s differs across ranks: %lld "
                    "on some, %lld on others (every rank must pass the same "
-                   "global problem)", who, names[field], (long long)lo,
-                   (long long)hi);
+                   "global problem)",
+                   who, names[field], (long long)lo, (long long)hi);
 }
 
 static fa_status alloc_buf(fa_ring *r, size_t bytes, void **p) {
@@ -198,17 +244,31 @@ static fa_status build(fa_ring *r) {
   r->lse_stage = malloc(lse);
   if (!r->zeros || !r->lse_stage)
     return ring_fail(FA_ERR_OUT_OF_MEMORY, "ring host buffers: out of memory");
-  void **dev[] = {&r->kv[0], &r->kv[1], &r->dkv[0], &r->dkv[1], &r->dkv_home,
-                  (void **)&r->o_acc, (void **)&r->o_part,
-                  (void **)&r->lse_acc, (void **)&r->lse_part,
-                  (void **)&r->dq_acc, (void **)&r->o32, (void **)&r->do32,
-                  (void **)&r->zero_lse, (void **)&r->dsinks_acc};
-  const size_t bytes[] = {r->kv_bytes, r->kv_bytes, r->dkv_bytes,
-                          r->dkv_bytes, r->dkv_bytes, qo, qo, lse, lse, qd,
-                          qo, qo, zl, (size_t)r->hq * 4};
+  void **dev[] = {&r->kv[0],
+                  &r->kv[1],
+                  &r->dkv[0],
+                  &r->dkv[1],
+                  &r->dkv_home,
+                  (void **)&r->o_acc,
+                  (void **)&r->o_part,
+                  (void **)&r->lse_acc,
+                  (void **)&r->lse_part,
+                  (void **)&r->dq_acc,
+                  (void **)&r->o32,
+                  (void **)&r->do32,
+                  (void **)&r->zero_lse,
+                  (void **)&r->dsinks_acc};
+  const size_t bytes[] = {r->kv_bytes,  r->kv_bytes,
+                          r->dkv_bytes, r->dkv_bytes,
+                          r->dkv_bytes, qo,
+                          qo,           lse,
+                          lse,          qd,
+                          qo,           qo,
+                          zl,           (size_t)r->hq * 4};
   for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
     if ((s = alloc_buf(r, bytes[i], dev[i]))) return s;
-  if (r->dkv_overlap && (s = alloc_buf(r, r->dkv_bytes, (void **)&r->dkv_scratch)))
+  if (r->dkv_overlap &&
+      (s = alloc_buf(r, r->dkv_bytes, (void **)&r->dkv_scratch)))
     return s;
   if ((s = ring_fill_zero(r, r->zero_lse, zl))) return s;
   if (r->strategy != FA_RING_STRATEGY_ALLGATHER) return FA_OK;
@@ -239,13 +299,13 @@ fa_status fa_ring_create(fa_ring **out, fa_context *ctx, fa_comm *comm,
   if (!comm->post_send || !comm->post_recv || !comm->wait ||
       !comm->allreduce_max)
     return ring_fail(INVALID, "comm: post_send, post_recv, wait and "
-                     "allreduce_max must all be set");
+                              "allreduce_max must all be set");
   if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
-    return ring_fail(INVALID, "comm: rank=%d, size=%d out of range",
-                     comm->rank, comm->size);
+    return ring_fail(INVALID, "comm: rank=%d, size=%d out of range", comm->rank,
+                     comm->size);
   fa_status s = !out   ? ring_fail(INVALID, "ring (output pointer) is NULL")
-               : !ctx ? ring_fail(INVALID, "ctx is NULL")
-                      : check_local(global, options);
+                : !ctx ? ring_fail(INVALID, "ctx is NULL")
+                       : check_local(global, options);
   if ((s = ring_agree(comm, s, ring_error_text()))) return s;
   const int shard = options ? options->shard : FA_SHARD_CONTIGUOUS;
   // Every rank reaches the same verdict; agreeing gives them one message.
@@ -301,10 +361,12 @@ void fa_ring_destroy(fa_ring *r) {
   fa_free(r->ctx, r->cu_k_dev);
   ring_shard_free(r->ctx, &r->q);
   for (int i = 0; r->k && i < r->N; i++) ring_shard_free(r->ctx, &r->k[i]);
-  void *dev[] = {r->kv[0], r->kv[1], r->dkv[0], r->dkv[1], r->dkv_home,
-                 r->o_acc, r->o_part, r->lse_acc, r->lse_part, r->dq_acc,
-                 r->o32, r->do32, r->zero_lse, r->dsinks_acc, r->dkv_scratch};
-  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) fa_free(r->ctx, dev[i]);
+  void *dev[] = {r->kv[0],    r->kv[1],      r->dkv[0],     r->dkv[1],
+                 r->dkv_home, r->o_acc,      r->o_part,     r->lse_acc,
+                 r->lse_part, r->dq_acc,     r->o32,        r->do32,
+                 r->zero_lse, r->dsinks_acc, r->dkv_scratch};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+    fa_free(r->ctx, dev[i]);
   free(r->k);
   free(r->blocks);
   free(r->zeros);
@@ -325,8 +387,8 @@ fa_status ring_layout_check(fa_ring *r, ring_layout *cached, const fa_tensor *t,
     now.st[i][1] = t[i].stride_seq;
     now.st[i][2] = t[i].stride_head;
     uintptr_t a = (uintptr_t)t[i].data;
-    now.align[i] = a ? (unsigned)((a & (~a + 1)) > 64 ? 64 : (a & (~a + 1)))
-                     : 64;
+    now.align[i] =
+        a ? (unsigned)((a & (~a + 1)) > 64 ? 64 : (a & (~a + 1))) : 64;
   }
   *changed = memcmp(&now, cached, sizeof now) != 0;
   *cached = now;
@@ -350,7 +412,9 @@ int64_t fa_ring_local_row(const fa_ring *r, int which, int b, int64_t row) {
   return -1;
 }
 
-size_t fa_ring_lse_size(const fa_ring *r) { return r ? (size_t)r->lse_size : 0; }
+size_t fa_ring_lse_size(const fa_ring *r) {
+  return r ? (size_t)r->lse_size : 0;
+}
 
 int64_t fa_ring_lse_index(const fa_ring *r, int b, int h, int64_t local_row) {
   if (!r || b < 0 || b >= r->g.batch || h < 0 || h >= r->hq) return -1;
@@ -374,26 +438,27 @@ fa_status fa_ring_get_stats(const fa_ring *r, fa_ring_stats *st) {
 size_t fa_ring_describe(const fa_ring *r, char *buf, size_t len) {
   char tmp[4096];
   size_t n = 0;
-#define PUT(...)                                                          \
-  do {                                                                    \
-    int w_ = snprintf(tmp + n, n < sizeof tmp ? sizeof tmp - n : 0,       \
-                      __VA_ARGS__);                                       \
-    if (w_ > 0) n += (size_t)w_;                                          \
+#define PUT(...)                                                               \
+  do {                                                                         \
+    int w_ =                                                                   \
+        snprintf(tmp + n, n < sizeof tmp ? sizeof tmp - n : 0, __VA_ARGS__);   \
+    if (w_ > 0) n += (size_t)w_;                                               \
   } while (0)
   if (!r) {
     PUT("ring: NULL");
   } else {
     PUT("ring: rank %d of %d, %s shards (%d part%s per rank), %s, "
-        "%lld local query rows, %lld local key rows\n", r->rank, r->N,
-        r->shard == FA_SHARD_ZIGZAG ? "zigzag" : "contiguous", r->q.nparts,
-        r->q.nparts > 1 ? "s" : "", r->varlen ? "varlen" : "dense",
+        "%lld local query rows, %lld local key rows\n",
+        r->rank, r->N, r->shard == FA_SHARD_ZIGZAG ? "zigzag" : "contiguous",
+        r->q.nparts, r->q.nparts > 1 ? "s" : "", r->varlen ? "varlen" : "dense",
         (long long)r->q.rows, (long long)r->k[r->rank].rows);
     if (r->strategy == FA_RING_STRATEGY_ALLGATHER)
       PUT("strategy (forward): all-gather: every rank's K/V block (up to "
           "%zu bytes, fp32) around the ring once, each copied to its global "
           "rows while the next travels, then one call per query part "
           "against the whole sequence (no merges); chosen by "
-          "fa_ring_options.strategy\n", r->kv_bytes);
+          "fa_ring_options.strategy\n",
+          r->kv_bytes);
     PUT("strategy%s: ring of %d steps; K/V blocks of up to %zu bytes (fp32) "
         "double-buffered, the next block posted before each step's compute; "
         "partial states merged in fp32; backward dK/dV travel with K/V and "

@@ -14,7 +14,13 @@
 #define RING_TAG_KV 1
 #define RING_TAG_DKV 2
 // Request slots of one step.
-enum { SLOT_KV_RECV, SLOT_KV_SEND, SLOT_DKV_RECV, SLOT_DKV_SEND, SLOT_DKV_HOME };
+enum {
+  SLOT_KV_RECV,
+  SLOT_KV_SEND,
+  SLOT_DKV_RECV,
+  SLOT_DKV_SEND,
+  SLOT_DKV_HOME
+};
 
 #define RING_MSG 256
 
@@ -43,8 +49,8 @@ typedef struct ring_shard {
 
 // One (query part, key part) block of a ring step and its plans.
 typedef struct ring_block {
-  int qp, kp;    // parts
-  int visible;   // 0: a mask hides it wholly (skipped)
+  int qp, kp;  // parts
+  int visible; // 0: a mask hides it wholly (skipped)
   fa_attention a;
   fa_plan *fwd, *bwd;
 } ring_block;
@@ -64,30 +70,30 @@ struct fa_ring {
   int N, rank, shard, varlen;
   int dkv_overlap; // backward: scratch + host add (see fa_ring_options)
   int hq, hkv, d, dv;
-  fa_dtype in_dt; // set per call
-  ring_shard q;   // this rank's queries
-  ring_shard *k;  // [N] every rank's keys (blocks travel)
+  fa_dtype in_dt;     // set per call
+  ring_shard q;       // this rank's queries
+  ring_shard *k;      // [N] every rank's keys (blocks travel)
   ring_block *blocks; // [N][4]: step t, block i at blocks[t * 4 + i]
   int dsink_block[2]; // per query part: the block index that owns dsinks
   int64_t lse_size;
 
   // Buffers in the context's memory space, made once.
-  size_t kv_bytes, dkv_bytes; // largest K/V block (input dtype; f32)
+  size_t kv_bytes, dkv_bytes;      // largest K/V block (input dtype; f32)
   void *kv[2], *dkv[2], *dkv_home; // double buffers; returned accumulators
   float *o_acc, *o_part, *lse_acc, *lse_part, *dq_acc, *zero_lse;
   float *lse_stage; // host: staging for LSE copies
   float *o32, *do32, *dsinks_acc;
   float *dkv_scratch; // host contexts: one step's dK/dV (NULL: in place)
-  void *zeros; // host: zeros for filling device buffers
-  float *lse_host; // host: the accumulators' initial LSE (sinks or -inf)
+  void *zeros;        // host: zeros for filling device buffers
+  float *lse_host;    // host: the accumulators' initial LSE (sinks or -inf)
   size_t zeros_bytes;
   ring_layout fwd_layout, bwd_layout;
   int bwd_f32_outputs;
 
   // The all-gather strategy (allgather.c).
   int strategy;
-  void **gather;    // [N] every rank's packed block
-  void *kv_global;  // the whole sequence's K then V
+  void **gather;     // [N] every rank's packed block
+  void *kv_global;   // the whole sequence's K then V
   fa_plan **ag_plan; // [2] one plan per query part
   fa_attention ag_problem[2];
   int32_t *cu_k, *cu_k_dev; // the global cu_seqlens_k (host, context)
@@ -137,8 +143,8 @@ void ring_kv_views(const fa_ring *r, int src, void *buf, fa_dtype dt,
                    fa_tensor *k, fa_tensor *v);
 size_t ring_kv_block_bytes(const fa_ring *r, int src, fa_dtype dt);
 // A dense fp32 [.., rows, heads, dim] accumulator view of a local tensor.
-fa_tensor ring_acc_view(const fa_ring *r, float *base, int rows_side,
-                        int heads, int dim);
+fa_tensor ring_acc_view(const fa_ring *r, float *base, int rows_side, int heads,
+                        int dim);
 
 // ---- copies through the public API (copy.c) ----
 // dst = src elementwise (dtype conversion, any strides) over the local

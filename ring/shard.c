@@ -152,8 +152,8 @@ void ring_kv_views(const fa_ring *r, int src, void *buf, fa_dtype dt,
   k->stride_head = r->d;
   k->stride_seq = (int64_t)r->hkv * r->d;
   k->stride_batch = r->varlen ? 0 : rows * k->stride_seq;
-  v->data = (char *)buf + (size_t)(nb * rows * k->stride_seq) *
-                              ring_dtype_size(dt);
+  v->data =
+      (char *)buf + (size_t)(nb * rows * k->stride_seq) * ring_dtype_size(dt);
   v->dtype = dt;
   v->stride_head = r->dv;
   v->stride_seq = (int64_t)r->hkv * r->dv;
@@ -166,8 +166,8 @@ size_t ring_kv_block_bytes(const fa_ring *r, int src, fa_dtype dt) {
          ring_dtype_size(dt);
 }
 
-fa_tensor ring_acc_view(const fa_ring *r, float *base, int rows_side,
-                        int heads, int dim) {
+fa_tensor ring_acc_view(const fa_ring *r, float *base, int rows_side, int heads,
+                        int dim) {
   const int64_t rows = rows_side == 'q' ? r->q.rows : r->k[r->rank].rows;
   fa_tensor t;
   memset(&t, 0, sizeof t);

@@ -39,7 +39,8 @@ static int rank_, size_;
 // Dense global storage index of row i of sequence b.
 static int64_t grow(const fa_attention *a, int b, int i, int side) {
   const int32_t *cu = side == 'q' ? a->cu_seqlens_q : a->cu_seqlens_k;
-  return cu ? cu[b] + i : (int64_t)b * (side == 'q' ? a->seqlen_q : a->seqlen_k) + i;
+  return cu ? cu[b] + i
+            : (int64_t)b * (side == 'q' ? a->seqlen_q : a->seqlen_k) + i;
 }
 
 static fa_tensor dense(void *p, fa_dtype dt, int64_t rows_per_b, int heads,
@@ -50,7 +51,8 @@ static fa_tensor dense(void *p, fa_dtype dt, int64_t rows_per_b, int heads,
 }
 
 static void fill(ts_rng *g, void *p, fa_dtype dt, size_t n, double sc) {
-  for (size_t i = 0; i < n; i++) ts_store(p, dt, (int64_t)i, sc * ts_rng_normal(g));
+  for (size_t i = 0; i < n; i++)
+    ts_store(p, dt, (int64_t)i, sc * ts_rng_normal(g));
 }
 
 // Copy global rows (side q or k) into this rank's local layout, or back.
@@ -94,8 +96,8 @@ static void cmp_rows(const fa_ring *r, const fa_attention *a, int side,
       for (int e = 0; e < heads * dim; e++) {
         double x = ref[((int64_t)b * maxlen + i) * heads * dim + e];
         double y = ts_load(loc, dt, li * heads * dim + e);
-        double s = scale ? scale[((int64_t)b * maxlen + i) * heads * dim + e]
-                         : x;
+        double s =
+            scale ? scale[((int64_t)b * maxlen + i) * heads * dim + e] : x;
         if (!isfinite(y)) acc->bad++;
         acc->e2 += (x - y) * (x - y);
         acc->r2 += s * s;
@@ -118,8 +120,8 @@ static void cmp_rows_glob(const fa_attention *a, int side, int heads, int dim,
       for (int e = 0; e < heads * dim; e++) {
         double x = ref[((int64_t)b * maxlen + i) * heads * dim + e];
         double y = ts_load(glob, dt, gi * heads * dim + e);
-        double s = scale ? scale[((int64_t)b * maxlen + i) * heads * dim + e]
-                         : x;
+        double s =
+            scale ? scale[((int64_t)b * maxlen + i) * heads * dim + e] : x;
         acc->e2 += (x - y) * (x - y);
         acc->r2 += s * s;
       }
@@ -162,13 +164,15 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   a.window_right = c->wr;
   a.softcap = c->softcap;
   int32_t cuq[5] = {0}, cuk[5] = {0};
-  int64_t rows_q = (int64_t)c->batch * c->sq, rows_k = (int64_t)c->batch * c->sk;
+  int64_t rows_q = (int64_t)c->batch * c->sq,
+          rows_k = (int64_t)c->batch * c->sk;
   a.seqlen_q = c->sq;
   a.seqlen_k = c->sk;
   if (c->varlen) {
     for (int b = 0; b < c->batch; b++) {
       int lq = b == 0 ? c->sq : ts_rng_int(&g, 1, c->sq);
-      int lk = c->sq == c->sk ? lq : (b == 0 ? c->sk : ts_rng_int(&g, lq, c->sk));
+      int lk =
+          c->sq == c->sk ? lq : (b == 0 ? c->sk : ts_rng_int(&g, lq, c->sk));
       cuq[b + 1] = cuq[b] + lq;
       cuk[b + 1] = cuk[b] + lk;
     }
@@ -208,7 +212,8 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   // References: the oracle and one process on the whole sequence.
   const size_t oq = (size_t)c->batch * c->sq * c->hq * c->d,
                ok_ = (size_t)c->batch * c->sk * c->hkv * c->d;
-  double *ro = calloc(oq, 8), *rlse = calloc((size_t)c->batch * c->hq * c->sq, 8),
+  double *ro = calloc(oq, 8),
+         *rlse = calloc((size_t)c->batch * c->hq * c->sq, 8),
          *rdq = calloc(oq, 8), *rdk = calloc(ok_, 8), *rdv = calloc(ok_, 8),
          *mdq = calloc(oq, 8), *mdk = calloc(ok_, 8), *mdv = calloc(ok_, 8);
   fa_oracle_forward(&a, Q, K, V, ro, rlse);
@@ -219,7 +224,8 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   if (!s1) s1 = fa_backward(ctx, &a, Q, K, V, O1, DO, lse1, DQ1, DK1, DV1);
   if (s1) {
     failures++;
-    if (rank_ == 0) printf("FAIL %s one-process: %s\n", c->name, fa_last_error());
+    if (rank_ == 0)
+      printf("FAIL %s one-process: %s\n", c->name, fa_last_error());
   }
   if (c->sinks) a.dsinks = dsinks;
 
@@ -234,11 +240,13 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   fa_status s = fa_ring_create(&r, ctx, comm, &a, &opt);
   if (s) {
     failures++;
-    if (rank_ == 0) printf("FAIL %s create: %s\n", c->name, fa_ring_last_error());
+    if (rank_ == 0)
+      printf("FAIL %s create: %s\n", c->name, fa_ring_last_error());
     goto out;
   }
   {
-    const int64_t lq = fa_ring_local_rows(r, 'q'), lk = fa_ring_local_rows(r, 'k');
+    const int64_t lq = fa_ring_local_rows(r, 'q'),
+                  lk = fa_ring_local_rows(r, 'k');
     const int64_t nbq = vl ? lq : c->batch * lq, nbk = vl ? lk : c->batch * lk;
     const size_t mq = (size_t)(nbq * c->hq * c->d) + 1,
                  mk = (size_t)(nbk * c->hkv * c->d) + 1;
@@ -267,14 +275,17 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
     if (c->accumulate)
       for (int w = 0; w < 3; w++) {
         void *p = w == 0 ? ldq : w == 1 ? ldk : ldv;
-        for (size_t i = 0; i < (w ? mk : mq); i++) ts_store(p, dt, (int64_t)i, 0.5);
+        for (size_t i = 0; i < (w ? mk : mq); i++)
+          ts_store(p, dt, (int64_t)i, 0.5);
       }
     s = fa_ring_forward(r, LQ, LK, LV, LO, llse);
     if (!s) s = fa_ring_backward(r, LQ, LK, LV, LO, LDO, llse, LDQ, LDK, LDV);
     if (!s && !c->accumulate) {
       // A second run reuses every plan and must be bit-identical.
-      void *o2 = malloc(mq * es), *dq2 = malloc(mq * es), *dk2 = malloc(mk * es);
-      memcpy(o2, lo, mq * es), memcpy(dq2, ldq, mq * es), memcpy(dk2, ldk, mk * es);
+      void *o2 = malloc(mq * es), *dq2 = malloc(mq * es),
+           *dk2 = malloc(mk * es);
+      memcpy(o2, lo, mq * es), memcpy(dq2, ldq, mq * es),
+          memcpy(dk2, ldk, mk * es);
       ts_poison(lo, dt, mq), ts_poison(ldq, dt, mq), ts_poison(ldk, dt, mk);
       s = fa_ring_forward(r, LQ, LK, LV, LO, llse);
       if (!s) s = fa_ring_backward(r, LQ, LK, LV, LO, LDO, llse, LDQ, LDK, LDV);
@@ -305,7 +316,8 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
       }
     if (s) {
       failures++;
-      if (rank_ == 0) printf("FAIL %s ring: %s\n", c->name, fa_ring_last_error());
+      if (rank_ == 0)
+        printf("FAIL %s ring: %s\n", c->name, fa_ring_last_error());
     } else {
       acc2 e[2][5];
       memset(e, 0, sizeof e);
@@ -355,48 +367,66 @@ static void run_case(fa_context *ctx, fa_comm *comm, const ring_case *c,
   }
 out:
   fa_ring_destroy(r);
-  free(q), free(k), free(v), free(dO), free(o1), free(dq1), free(dk1), free(dv1);
+  free(q), free(k), free(v), free(dO), free(o1), free(dq1), free(dk1),
+      free(dv1);
   free(lse1), free(ro), free(rlse), free(rdq), free(rdk), free(rdv), free(mdq);
   free(mdk), free(mdv);
 }
 
-#define CASE(n, sh, b, sq, sk, hq, hkv, d, cz, wl, wr, cap, al, si, vl, dt) \
-  {n, sh, b, sq, sk, hq, hkv, d, cz, wl, wr, cap, al, si, vl, dt}
+#define CASE(n, sh, b, sq, sk, hq, hkv, d, cz, wl, wr, cap, al, si, vl, dt)    \
+  { n, sh, b, sq, sk, hq, hkv, d, cz, wl, wr, cap, al, si, vl, dt }
 #define Z FA_SHARD_ZIGZAG
 #define C FA_SHARD_CONTIGUOUS
 #define BR FA_CAUSAL_BOTTOM_RIGHT
 #define TL FA_CAUSAL_TOP_LEFT
 static const ring_case cases[] = {
-    CASE("full.contig.f32", C, 2, 40, 40, 4, 2, 32, 0, -1, -1, 0, 0, 0, 0, FA_F32),
-    CASE("causal.zigzag.f32", Z, 2, 53, 53, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0, FA_F32),
-    CASE("causal.contig.f32", C, 1, 61, 61, 2, 1, 16, BR, -1, -1, 0, 0, 0, 0, FA_F32),
-    CASE("causal-br.sq<sk.zigzag", Z, 2, 29, 47, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0, FA_F32),
-    CASE("causal-tl.sq<sk.contig", C, 2, 29, 47, 4, 4, 16, TL, -1, -1, 0, 0, 0, 0, FA_F32),
-    CASE("window.causal.zigzag", Z, 1, 96, 96, 2, 1, 32, BR, 9, 0, 0, 0, 0, 0, FA_F32),
-    CASE("window.both.contig", C, 1, 80, 80, 2, 2, 16, 0, 7, 5, 0, 0, 0, 0, FA_F32),
-    CASE("sinks.softcap.zigzag", Z, 2, 44, 44, 4, 2, 32, BR, -1, -1, 5.0f, 0, 1, 0, FA_F32),
-    CASE("alibi.gqa.contig", C, 2, 37, 37, 8, 2, 16, 0, -1, -1, 0, 1, 0, 0, FA_F32),
-    CASE("alibi.causal.zigzag", Z, 1, 50, 50, 4, 1, 32, BR, -1, -1, 0, 1, 0, 0, FA_F32),
-    CASE("varlen.causal.zigzag", Z, 3, 45, 45, 4, 2, 32, BR, -1, -1, 0, 0, 0, 1, FA_F32),
-    CASE("varlen.sq<sk.contig", C, 3, 30, 52, 2, 1, 16, BR, 11, 0, 0, 1, 1, 1, FA_F32),
-    CASE("causal.zigzag.bf16", Z, 2, 48, 48, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0, FA_BF16),
-    CASE("sinks.window.contig.bf16", C, 2, 40, 40, 4, 2, 32, BR, 12, 0, 3.0f, 1, 1, 0, FA_BF16),
-    CASE("varlen.zigzag.bf16", Z, 2, 41, 41, 4, 2, 32, BR, -1, -1, 0, 0, 1, 1, FA_BF16),
+    CASE("full.contig.f32", C, 2, 40, 40, 4, 2, 32, 0, -1, -1, 0, 0, 0, 0,
+         FA_F32),
+    CASE("causal.zigzag.f32", Z, 2, 53, 53, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0,
+         FA_F32),
+    CASE("causal.contig.f32", C, 1, 61, 61, 2, 1, 16, BR, -1, -1, 0, 0, 0, 0,
+         FA_F32),
+    CASE("causal-br.sq<sk.zigzag", Z, 2, 29, 47, 4, 2, 32, BR, -1, -1, 0, 0, 0,
+         0, FA_F32),
+    CASE("causal-tl.sq<sk.contig", C, 2, 29, 47, 4, 4, 16, TL, -1, -1, 0, 0, 0,
+         0, FA_F32),
+    CASE("window.causal.zigzag", Z, 1, 96, 96, 2, 1, 32, BR, 9, 0, 0, 0, 0, 0,
+         FA_F32),
+    CASE("window.both.contig", C, 1, 80, 80, 2, 2, 16, 0, 7, 5, 0, 0, 0, 0,
+         FA_F32),
+    CASE("sinks.softcap.zigzag", Z, 2, 44, 44, 4, 2, 32, BR, -1, -1, 5.0f, 0, 1,
+         0, FA_F32),
+    CASE("alibi.gqa.contig", C, 2, 37, 37, 8, 2, 16, 0, -1, -1, 0, 1, 0, 0,
+         FA_F32),
+    CASE("alibi.causal.zigzag", Z, 1, 50, 50, 4, 1, 32, BR, -1, -1, 0, 1, 0, 0,
+         FA_F32),
+    CASE("varlen.causal.zigzag", Z, 3, 45, 45, 4, 2, 32, BR, -1, -1, 0, 0, 0, 1,
+         FA_F32),
+    CASE("varlen.sq<sk.contig", C, 3, 30, 52, 2, 1, 16, BR, 11, 0, 0, 1, 1, 1,
+         FA_F32),
+    CASE("causal.zigzag.bf16", Z, 2, 48, 48, 4, 2, 32, BR, -1, -1, 0, 0, 0, 0,
+         FA_BF16),
+    CASE("sinks.window.contig.bf16", C, 2, 40, 40, 4, 2, 32, BR, 12, 0, 3.0f, 1,
+         1, 0, FA_BF16),
+    CASE("varlen.zigzag.bf16", Z, 2, 41, 41, 4, 2, 32, BR, -1, -1, 0, 0, 1, 1,
+         FA_BF16),
     // Shorter than 2 * ranks: some ranks hold no rows at all.
-    CASE("tiny.causal.zigzag", Z, 2, 3, 3, 2, 1, 16, BR, -1, -1, 0, 0, 1, 0, FA_F32),
-    CASE("tiny.varlen.contig", C, 2, 2, 5, 2, 2, 16, BR, -1, -1, 0, 1, 0, 1, FA_F32),
+    CASE("tiny.causal.zigzag", Z, 2, 3, 3, 2, 1, 16, BR, -1, -1, 0, 0, 1, 0,
+         FA_F32),
+    CASE("tiny.varlen.contig", C, 2, 2, 5, 2, 2, 16, BR, -1, -1, 0, 1, 0, 1,
+         FA_F32),
     {"accumulate.zigzag.f32", Z, 2, 36, 36, 4, 2, 16, BR, -1, -1, 0, 0, 0, 0,
      FA_F32, 1, 0},
     {"in-place.causal.zigzag", Z, 2, 44, 44, 4, 2, 32, BR, -1, -1, 0, 0, 1, 0,
      FA_F32, 0, 1},
     {"in-place.varlen.accumulate", C, 3, 30, 30, 2, 1, 16, BR, 7, 0, 0, 1, 0, 1,
      FA_F32, 1, 1},
-    {"allgather.causal.sinks.zigzag", Z, 2, 50, 50, 8, 1, 32, BR, -1, -1, 0, 0, 1,
-     0, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
-    {"allgather.varlen.window.alibi", C, 3, 33, 47, 4, 1, 16, BR, 10, 0, 2.0f, 1,
-     0, 1, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
-    {"allgather.varlen.zigzag.bf16", Z, 2, 40, 40, 4, 2, 32, BR, -1, -1, 0, 0, 1,
-     1, FA_BF16, 0, 0, FA_RING_STRATEGY_ALLGATHER},
+    {"allgather.causal.sinks.zigzag", Z, 2, 50, 50, 8, 1, 32, BR, -1, -1, 0, 0,
+     1, 0, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
+    {"allgather.varlen.window.alibi", C, 3, 33, 47, 4, 1, 16, BR, 10, 0, 2.0f,
+     1, 0, 1, FA_F32, 0, 0, FA_RING_STRATEGY_ALLGATHER},
+    {"allgather.varlen.zigzag.bf16", Z, 2, 40, 40, 4, 2, 32, BR, -1, -1, 0, 0,
+     1, 1, FA_BF16, 0, 0, FA_RING_STRATEGY_ALLGATHER},
 };
 
 int main(int argc, char **argv) {
@@ -416,10 +446,12 @@ int main(int argc, char **argv) {
   }
   uint64_t base = ts_seed_base();
   MPI_Bcast(&base, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  if (rank_ == 0) printf("ring tests: %d ranks, seed FA_TEST_SEED=0x%llx\n",
-                         size_, (unsigned long long)base);
+  if (rank_ == 0)
+    printf("ring tests: %d ranks, seed FA_TEST_SEED=0x%llx\n", size_,
+           (unsigned long long)base);
   const int n = (int)(sizeof cases / sizeof cases[0]);
-  for (int i = 0; i < n; i++) run_case(ctx, comm, &cases[i], ts_case_seed(base, (uint64_t)i));
+  for (int i = 0; i < n; i++)
+    run_case(ctx, comm, &cases[i], ts_case_seed(base, (uint64_t)i));
   MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank_ == 0) printf("%d cases, %d failures\n", n, failures);
   fa_comm_destroy(comm);

@@ -29,8 +29,8 @@ static void expect(const char *what, fa_status got, fa_status want,
   if (!all) failures++;
   if (!ok)
     printf("FAIL rank %d %s: status %d (want %d), message \"%s\" (rank 0: "
-           "\"%s\"; want \"%s\", \"%s\")\n", rank_, what, got, want, mine,
-           first, w1 ? w1 : "", w2 ? w2 : "");
+           "\"%s\"; want \"%s\", \"%s\")\n",
+           rank_, what, got, want, mine, first, w1 ? w1 : "", w2 ? w2 : "");
   else if (rank_ == 0)
     printf("ok   %s: \"%s\"\n", what, mine);
 }
@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
   if (rank_ == last && size_ > 1) a.head_dim = 8;
   fa_status s = fa_ring_create(&r, ctx, comm, &a, NULL);
   if (size_ > 1) {
-    expect("head_dim differs", s, FA_ERR_INVALID_ARGUMENT, rank_word, "head_dim");
+    expect("head_dim differs", s, FA_ERR_INVALID_ARGUMENT, rank_word,
+           "head_dim");
     fa_ring_destroy(r);
     r = NULL;
   } else {
@@ -113,19 +114,23 @@ int main(int argc, char **argv) {
     goto done;
   }
   {
-    const int64_t lq = fa_ring_local_rows(r, 'q'), lk = fa_ring_local_rows(r, 'k');
+    const int64_t lq = fa_ring_local_rows(r, 'q'),
+                  lk = fa_ring_local_rows(r, 'k');
     const size_t nq = (size_t)(lq * 2 * 16) + 1, nk = (size_t)(lk * 16) + 1;
     float *q = calloc(nq, 4), *k = calloc(nk, 4), *v = calloc(nk, 4),
           *out = malloc(nq * 4), *lse = malloc((fa_ring_lse_size(r) + 1) * 4);
     ts_poison(out, FA_F32, nq);
-    fa_tensor Q = {q, FA_F32, lq * 32, 32, 16}, K = {k, FA_F32, lk * 16, 16, 16},
-              V = {v, FA_F32, lk * 16, 16, 16}, O = {out, FA_F32, lq * 32, 32, 16};
+    fa_tensor Q = {q, FA_F32, lq * 32, 32, 16},
+              K = {k, FA_F32, lk * 16, 16, 16},
+              V = {v, FA_F32, lk * 16, 16, 16},
+              O = {out, FA_F32, lq * 32, 32, 16};
     fa_tensor badO = O;
     if (rank_ == last) badO.stride_seq = -32;
     s = fa_ring_forward(r, Q, K, V, badO, lse);
     expect("o stride", s, FA_ERR_INVALID_ARGUMENT, rank_word, "stride");
     int untouched = 1;
-    for (size_t i = 0; i < nq; i++) untouched &= ts_is_poison(out, FA_F32, (int64_t)i);
+    for (size_t i = 0; i < nq; i++)
+      untouched &= ts_is_poison(out, FA_F32, (int64_t)i);
     if (!untouched) {
       failures++;
       printf("FAIL rank %d: o written after a failed forward\n", rank_);
@@ -164,9 +169,11 @@ int main(int argc, char **argv) {
       ts_poison(out, FA_F32, nq);
       s = fa_ring_forward(r, Q, K, V, O, lse);
       if (size_ > 1) {
-        expect("transport", s, FA_ERR_BACKEND, "rank 0", "injected link failure");
+        expect("transport", s, FA_ERR_BACKEND, "rank 0",
+               "injected link failure");
         untouched = 1;
-        for (size_t i = 0; i < nq; i++) untouched &= ts_is_poison(out, FA_F32, (int64_t)i);
+        for (size_t i = 0; i < nq; i++)
+          untouched &= ts_is_poison(out, FA_F32, (int64_t)i);
         if (!untouched) {
           failures++;
           printf("FAIL rank %d: o written after a transport failure\n", rank_);

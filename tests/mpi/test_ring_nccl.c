@@ -25,7 +25,8 @@ int main(int argc, char **argv) {
       fails++;
     }
     fa_comm_destroy(NULL);
-    printf("%s: nccl host checks (NCCL %d)\n", fails ? "FAIL" : "ok", NCCL_VERSION_CODE);
+    printf("%s: nccl host checks (NCCL %d)\n", fails ? "FAIL" : "ok",
+           NCCL_VERSION_CODE);
     return fails ? 1 : 0;
   }
   int n = 0;
