@@ -465,7 +465,7 @@ size_t fa_ring_describe(const fa_ring *r, char *buf, size_t len) {
         "return to their owner\n",
         r->strategy == FA_RING_STRATEGY_ALLGATHER ? " (backward)" : "", r->N,
         r->kv_bytes);
-    for (int t = 0; t < r->N && n < sizeof tmp; t++) {
+    for (int t = 0; t < r->N && t < 32; t++) { // 32 lines fit in tmp
       const int src = (r->rank - t + r->N) % r->N;
       int vis = 0, skip = 0;
       for (int qp = 0; qp < r->q.nparts; qp++)
@@ -474,6 +474,7 @@ size_t fa_ring_describe(const fa_ring *r, char *buf, size_t len) {
       PUT("step %d: K/V of rank %d: %d block%s computed, %d skipped (masked)\n",
           t, src, vis, vis == 1 ? "" : "s", skip);
     }
+    if (r->N > 32) PUT("... %d more steps\n", r->N - 32);
   }
 #undef PUT
   if (n >= sizeof tmp) n = sizeof tmp - 1;
