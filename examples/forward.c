@@ -61,7 +61,8 @@ int main(void) {
   if (!host || !want) return 1;
   float *hq = host, *hk = host + n, *hv = host + 2 * n, *ho = host + 3 * n;
   srand(1);
-  for (size_t i = 0; i < 3 * n; i++) host[i] = 2.0f * rand() / RAND_MAX - 1;
+  for (size_t i = 0; i < 3 * n; i++)
+    host[i] = (float)(2.0 * rand() / RAND_MAX - 1);
 
   // Tensors live in the context's memory (host memory for CPU backends,
   // device memory for GPUs): allocate there and copy in. A tensor is a

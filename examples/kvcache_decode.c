@@ -23,7 +23,7 @@ enum {
   STEPS = 2
 };
 
-static float frand(void) { return 2.0f * rand() / RAND_MAX - 1; }
+static float frand(void) { return (float)(2.0 * rand() / RAND_MAX - 1); }
 
 // Pool offset (in floats) of key j of sequence b, through the block table.
 static size_t slot(const int32_t *table, int b, int j) {

@@ -50,7 +50,7 @@ int main(void) {
   float *q = host, *k = q + nq, *v = k + nk, *o = v + nk, *lse = o + nq;
   srand(3);
   for (size_t i = 0; i < nq + 2 * nk; i++)
-    host[i] = 2.0f * rand() / RAND_MAX - 1;
+    host[i] = (float)(2.0 * rand() / RAND_MAX - 1);
 
   // One query block; keys and values in one BSHD buffer each. The parts'
   // outputs and LSEs, and the merged ones, in the context's memory.
