@@ -30,8 +30,12 @@
 //   - fwd.plan cases: fa_plan_forward is bit-identical to fa_forward, and
 //     fa_forward is bit-identical run to run.
 // Inputs are N(0,1) (q scaled by qamp), drawn fresh per case from the run's
-// seed (FA_TEST_SEED to reproduce); shapes, lengths and page shuffles depend
-// only on the case, so "--case N" with the printed seed replays a failure.
+// seed (FA_TEST_SEED to reproduce), or from an edge generator (xcase.gen:
+// logits of +-1e4, f16 near 65504, equal scores; group fwd.edge), whose
+// cases are checked element by element within tests/fuzz/fz_tol.h's forward
+// error bounds instead of the norms above (XV_EXPECT_ELEMENTWISE). Shapes,
+// lengths and page shuffles depend only on the case, so "--case N" with the
+// printed seed replays a failure.
 // Exit status: 0 all passed, 1 a case failed, 77 (SKIP) when the backend is
 // not usable here or it supports none of the group's cases.
 #define _POSIX_C_SOURCE 200809L
@@ -43,6 +47,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "fz_tol.h"
 #include "oracle.h"
 #include "tensor.h"
 #include "xval.h"
@@ -230,6 +235,41 @@ static void fill(xs *s, xt *x, ts_rng *r, double amp) {
         for (int c = 0; c < x->dim; c++)
           ts_store(x->t.data, x->t.dtype, o + c,
                    (float)(amp * ts_rng_normal(r)));
+      }
+}
+
+/* An input element of generator gen (XV_GEN_*) for tensor role 0 (q),
+   1 (k) or 2 (v), before rounding to the dtype. */
+static double edge_value(ts_rng *r, int gen, int role, int d) {
+  switch (gen) {
+  case XV_GEN_LOGITS_POS:
+  case XV_GEN_LOGITS_NEG: {
+    if (role == 2) return ts_rng_normal(r);
+    // Small integers, exact in every dtype: q.k sums d products of about
+    // 1e4 / d each, exactly, in fp32.
+    double base = floor(sqrt(1e4 / d) + 0.5);
+    if (role == 1 && gen == XV_GEN_LOGITS_NEG) base = -base;
+    return base + ts_rng_int(r, -1, 1);
+  }
+  case XV_GEN_F16MAX:
+    return (ts_rng_uniform(r) < 0.5 ? -1 : 1) * 65504.0 *
+           (1.0 - 0.02 * ts_rng_uniform(r));
+  case XV_GEN_EQUAL:
+    return role == 0 ? 0.0 : ts_rng_normal(r);
+  default:
+    return ts_rng_normal(r);
+  }
+}
+
+/* fill() for the edge generators: every logical element of q, k or v. */
+static void fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role) {
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c,
+                   edge_value(r, gen, role, s->c->d));
       }
 }
 
@@ -428,9 +468,15 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   if (xt_init(&s->o, &s->buf[B_O], dt, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
               0))
     return -1;
-  fill(s, &s->q, &dr, c->qamp > 0.0f ? (double)c->qamp : 1.0);
-  fill(s, &s->k, &dr, 1.0);
-  fill(s, &s->v, &dr, 1.0);
+  if (c->gen) {
+    fill_edge(s, &s->q, &dr, c->gen, 0);
+    fill_edge(s, &s->k, &dr, c->gen, 1);
+    fill_edge(s, &s->v, &dr, c->gen, 2);
+  } else {
+    fill(s, &s->q, &dr, c->qamp > 0.0f ? (double)c->qamp : 1.0);
+    fill(s, &s->k, &dr, 1.0);
+    fill(s, &s->v, &dr, 1.0);
+  }
   if (c->bwd) {
     if (xt_init(&s->d_o, &s->buf[B_DO], dt, ol, qnb, qns, c->hq, c->dv, c->pad,
                 vq, 0) ||
@@ -696,6 +742,12 @@ static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
     tn += snprintf(thr + tn, sizeof thr - tn, " slack=%d", c->slack);
   if (c->qamp > 0.0f)
     tn += snprintf(thr + tn, sizeof thr - tn, " qamp=%g", (double)c->qamp);
+  if (c->gen) {
+    static const char *gz[] = {"normal", "logits+1e4", "logits-1e4", "f16max",
+                               "equal"};
+    tn += snprintf(thr + tn, sizeof thr - tn, " gen=%s%s", gz[c->gen],
+                   c->expect == XV_EXPECT_ELEMENTWISE ? " elementwise" : "");
+  }
   if (c->layout == XV_LAYOUT_PACKED)
     snprintf(lay, sizeof lay, "qkvpacked");
   else if (c->mixed)
@@ -748,6 +800,39 @@ static int fail_status(fa_status st, const char *what, msgbuf *m, char *why,
   return R_FAIL;
 }
 
+/* XV_EXPECT_ELEMENTWISE: o (already extracted to ogot) and lse element by
+   element within fz_fwd_tol's bounds; empty rows exact. */
+static int check_elementwise(xs *s, const double *oref, const double *lref,
+                             const double *ogot, double *lgot, char *res,
+                             size_t rn, msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *otol = malloc(sizeof(double) * no);
+  double *ltol = malloc(sizeof(double) * nl);
+  if (!otol || !ltol ||
+      fz_fwd_tol(a, s->q.t, s->k.t, s->v.t, oref, lref, otol, ltol)) {
+    msg(m, "out of memory");
+  } else {
+    size_t bad =
+        fz_compare("o", c->dt, oref, ogot, otol, no, 0, stdout, NULL, NULL);
+    if (bad) msg(m, "o: %zu elements outside the fz_tol.h bounds", bad);
+    if (!c->no_lse) {
+      extract_lse(s, lgot);
+      check_finite(lref, lgot, nl, "lse", m);
+      bad = fz_compare("lse", FA_F32, lref, lgot, ltol, nl, 0, stdout, NULL,
+                       NULL);
+      if (bad) msg(m, "lse: %zu elements outside the fz_tol.h bounds", bad);
+    }
+    check_empty_rows(s, ogot, c->no_lse ? NULL : lgot, m);
+    snprintf(res, rn, "every element within the fz_tol.h bounds");
+  }
+  free(otol);
+  free(ltol);
+  return m->count ? R_FAIL : R_PASS;
+}
+
 static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   const xcase *c = s->c;
   const fa_attention *a = &s->a;
@@ -769,7 +854,8 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     goto done;
   }
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
-  if (c->dt != FA_F32) {
+  const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
+  if (c->dt != FA_F32 && !elementwise) {
     fa_naive_forward(a, s->q.t, s->k.t, s->v.t, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
     nmerr = ts_max_err_f(oref, onv, no);
@@ -800,6 +886,10 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   check_memory(s, m);
   extract(s, &s->o, "o", ogot, m);
   check_finite(oref, ogot, no, "o", m);
+  if (elementwise) {
+    rc = check_elementwise(s, oref, lref, ogot, lgot, res, rn, m);
+    goto done;
+  }
   double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(c->dt, nerr);
   double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(c->dt, nmerr);
   check_err("o (relative Frobenius)", err, bound, m);
