@@ -59,7 +59,7 @@ typedef struct xcase {
                        workers than work items and splits the keys
                        (split-KV) whatever the host's core count. */
   int gen;          /* XV_GEN_*: how q, k and v are drawn */
-  int expect;       /* XV_EXPECT_*: forward only so far */
+  int expect;       /* XV_EXPECT_*: how the result is checked */
 } xcase;
 
 /* A case with every field at its default: forward f32, b2 sq64 sk64 hq2 hkv2

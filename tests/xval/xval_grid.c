@@ -20,7 +20,7 @@ const char *const xv_groups[] = {
     "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
     "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
     "bwd.paged",  "bwd.layout",   "fwd.tensor-core", "bwd.tensor-core",
-    "fwd.edge",   NULL};
+    "fwd.edge",   "bwd.edge",     NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -718,6 +718,45 @@ static void fwd_edge(list *l) {
 #undef E
 }
 
+/* The same inputs through the backward: every gradient element within
+   fz_tol.h's bounds (tests/stress's), which carry the forward's into dP, D
+   and dS. Equal scores keep them tight; at logits of +-1e4 and f16 near
+   65504 they only catch the gross (non-finite, overflowed, misplaced)
+   errors. At the default scale f16 near 65504 gives logits fp32 cannot
+   resolve: the gradients must only be finite (dO.v does not overflow at
+   d 64). */
+static void bwd_edge(list *l) {
+  xcase c;
+#define E(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.expect = XV_EXPECT_ELEMENTWISE;                                          \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
+  } while (0)
+  for (int g = XV_GEN_LOGITS_POS; g <= XV_GEN_LOGITS_NEG; g++) {
+    E(c.gen = g; c.sq = 17; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;
+      c.scale = 1.0f);
+    E(c.gen = g; c.sq = 17; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;
+      c.scale = 1.0f; c.causal = BR);
+    E(c.gen = g; c.sq = 70; c.sk = 130; c.hq = 4; c.hkv = 2; c.scale = 1.0f;
+      c.causal = BR; c.dt = FA_BF16);
+  }
+  const float tiny = (float)(1.0 / (65504.0 * 65504.0 * 8.0));
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 9; c.sk = 33; c.hq = 4;
+    c.scale = tiny);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 70; c.sk = 130; c.hq = 4;
+    c.scale = tiny; c.causal = BR);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_BF16; c.sq = 70; c.sk = 130; c.hq = 4;
+    c.scale = tiny);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 9; c.sk = 33; c.hq = 4);
+  E(c.gen = XV_GEN_EQUAL; c.b = 1; c.sq = 7; c.sk = 50; c.hq = 2; c.hkv = 1;
+    c.d = c.dv = 8; c.wl = 20);
+  E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_F16; c.wl = 20);
+#undef E
+}
+
 int xv_group_cases(const char *name, xcase *out, int max) {
   static const struct {
     const char *name;
@@ -733,7 +772,7 @@ int xv_group_cases(const char *name, xcase *out, int max) {
                {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout},
                {"fwd.tensor-core", fwd_tensor_core},
                {"bwd.tensor-core", bwd_tensor_core},
-               {"fwd.edge", fwd_edge}};
+               {"fwd.edge", fwd_edge},       {"bwd.edge", bwd_edge}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].name, name) == 0) {
       list l = {out, 0, max};
