@@ -17,7 +17,10 @@ enum {
                         every score is exactly ~+1e4 in fp32 */
   XV_GEN_LOGITS_NEG, /* the same with k negated: scores ~-1e4 */
   XV_GEN_F16MAX,     /* q, k, v within 2% of +-65504, random signs */
-  XV_GEN_EQUAL       /* q = 0: every score 0, O the mean of the visible v */
+  XV_GEN_EQUAL,      /* q = 0: every score 0, O the mean of the visible v */
+  XV_GEN_NAN_Q,      /* N(0, 1) with one NaN in q (row sq/2 of sequence 0) */
+  XV_GEN_NAN_K,      /* ... in k (key sk/3 of sequence 0) */
+  XV_GEN_NAN_V       /* ... in v (key sk/3 of sequence 0) */
 };
 
 /* What a case's result must satisfy (xcase.expect). */
@@ -28,7 +31,10 @@ enum {
   XV_EXPECT_ELEMENTWISE /* every element within the forward error analysis
                            of tests/fuzz/fz_tol.h (a norm ratio means
                            little on such inputs, and the naive 16-bit
-                           attention overflows on them) */
+                           attention overflows on them); NaN exactly where
+                           the oracle's is, except where flashattn.h lets
+                           a tensor-core kernel spread a NaN of v over its
+                           tile */
 };
 
 typedef struct xcase {

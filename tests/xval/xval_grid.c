@@ -673,13 +673,16 @@ static void bwd_tensor_core(list *l) {
 }
 
 /* tests/stress's edge numerics (logits of +-1e4, f16 near 65504, equal
-   scores) through every backend, each element within fz_tol.h's forward
-   bounds: what any correct fp32-accumulating kernel meets. Those bounds
-   assume rounded logits, so at +-1e4 they allow ~0.25 max|v| and catch
-   what breaks there (exp overflow or underflow, a lost row max: NaN, inf,
-   0); tests/stress keeps the CPU's tight bound for these exact-integer
-   logits (1e-5 max|v|) and the backward, NaN and inf cases. Shapes include
-   d64 f16/bf16 ones, which the GPU tensor-core kernels take. */
+   scores, a NaN in q, k or v) through every backend, each element within
+   fz_tol.h's forward bounds: what any correct fp32-accumulating kernel
+   meets. (On the GPU tensor-core kernels a NaN in v may also reach rows
+   that cannot see it, as flashattn.h allows: a NaN there is accepted.)
+   The bounds assume rounded logits, so at +-1e4 they allow ~0.25 max|v|
+   and catch what breaks there (exp overflow or underflow, a lost row max:
+   NaN, inf, 0); tests/stress keeps the CPU's tight bound for these
+   exact-integer logits (1e-5 max|v|), the inf cases and the CPU's strict
+   NaN rules for the backward. Shapes include d64 f16/bf16 ones, which the
+   GPU tensor-core kernels take. */
 static void fwd_edge(list *l) {
   xcase c;
 #define E(...)                                                                 \
@@ -715,6 +718,21 @@ static void fwd_edge(list *l) {
     c.d = c.dv = 8; c.wl = 20);
   E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_F16; c.wl = 20);
   E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_BF16; c.causal = BR);
+  // One NaN in q, k or v: the rows that see it are NaN, every other element
+  // as the oracle's (a masked key contributes nothing, not even 0 * NaN).
+  E(c.gen = XV_GEN_NAN_Q; c.sq = 70; c.sk = 130; c.causal = BR);
+  E(c.gen = XV_GEN_NAN_Q; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3;
+    c.dt = FA_BF16);
+  E(c.gen = XV_GEN_NAN_K; c.sq = 70; c.sk = 130; c.causal = BR);
+  E(c.gen = XV_GEN_NAN_K; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3;
+    c.dt = FA_F16);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 70; c.sk = 130; c.causal = BR; c.dt = FA_BF16);
+  // Split-KV decode: the NaN's key inside the window, then outside it.
+  E(c.gen = XV_GEN_NAN_V; c.sq = 1; c.sk = 900; c.hq = 8; c.hkv = 2; c.wl = 700;
+    c.wr = 0; c.dt = FA_F16; c.threads = 8);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 1; c.sk = 900; c.hq = 8; c.hkv = 2; c.wl = 400;
+    c.wr = 0; c.dt = FA_F16; c.threads = 8);
 #undef E
 }
 
