@@ -9,7 +9,7 @@ static _Thread_local char fa_error_message[512];
 fa_status fa_fail(fa_status s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(fa_error_message, sizeof fa_error_message, fmt, ap);
+  (void)vsnprintf(fa_error_message, sizeof fa_error_message, fmt, ap);
   va_end(ap);
   return s;
 }

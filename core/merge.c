@@ -39,7 +39,7 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
   int64_t ext[4] = {batch, seqlen, heads, head_dim};
   char name[32];
   for (int i = 0; i < n; i++) {
-    snprintf(name, sizeof name, "o_parts[%d]", i);
+    (void)snprintf(name, sizeof name, "o_parts[%d]", i);
     fa_status s = fa_tensor_check(name, &o_parts[i], ext, 0);
     if (s) return s;
     if (!lse_parts[i]) return fa_fail(INVALID, "lse_parts[%d] is NULL", i);

@@ -23,8 +23,9 @@ static void add_backend(const fa_backend *b) {
   fa_registry_entry *e = &entries[num_entries++];
   e->backend = b;
   if (b->api_version != FA_BACKEND_API_VERSION) {
-    snprintf(e->why, sizeof e->why, "backend API version %d, core expects %d",
-             b->api_version, FA_BACKEND_API_VERSION);
+    (void)snprintf(e->why, sizeof e->why,
+                   "backend API version %d, core expects %d", b->api_version,
+                   FA_BACKEND_API_VERSION);
     return;
   }
   e->usable = b->probe(e->why, sizeof e->why);
@@ -60,19 +61,19 @@ static void *open_module(const char *file, char *why, size_t len) {
   Dl_info self;
   char here[4096] = "";
   if (dladdr((void *)&fa_registry_size, &self) && self.dli_fname) {
-    snprintf(here, sizeof here, "%s", self.dli_fname);
+    (void)snprintf(here, sizeof here, "%s", self.dli_fname);
     char *slash = strrchr(here, '/');
     if (slash) *slash = '\0'; else here[0] = '\0';
     dirs[0] = here;
   }
   for (int i = 0; i < 2; i++) {
     if (!dirs[i] || !*dirs[i]) continue;
-    snprintf(path, sizeof path, "%s/%s", dirs[i], file);
+    (void)snprintf(path, sizeof path, "%s/%s", dirs[i], file);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (h) return h;
   }
   void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-  if (!h) snprintf(why, len, "module %s not loaded: %s", file, dlerror());
+  if (!h) (void)snprintf(why, len, "module %s not loaded: %s", file, dlerror());
   return h;
 }
 
@@ -85,15 +86,16 @@ static void load_modules(void) {
     int count = 0;
     const fa_backend *const *list = entry ? entry(&core_services, &count) : NULL;
     if (h && !entry)
-      snprintf(why, sizeof why, "module %s lacks %s", m->file, FA_MODULE_ENTRY);
+      (void)snprintf(why, sizeof why, "module %s lacks %s", m->file,
+                     FA_MODULE_ENTRY);
     else if (entry && !list)
-      snprintf(why, sizeof why, "module %s refused to start", m->file);
+      (void)snprintf(why, sizeof why, "module %s refused to start", m->file);
     if (!list) {
       if (num_entries >= FA_MAX_BACKENDS) continue;
       fa_registry_entry *e = &entries[num_entries++];
       e->backend = &m->placeholder;
       e->usable = 0;
-      snprintf(e->why, sizeof e->why, "%s", why);
+      (void)snprintf(e->why, sizeof e->why, "%s", why);
       continue; // (a module that failed stays loaded: harmless, and safe)
     }
     for (int i = 0; i < count; i++) add_backend(list[i]);
@@ -106,7 +108,7 @@ static void registry_init(void) {
   if (env && (log_dispatch || strstr(env, "config"))) {
     char text[4096];
     fa_config_describe(text, sizeof text);
-    fprintf(stderr, "flashattn: configuration (read once):\n%s", text);
+    (void)fprintf(stderr, "flashattn: configuration (read once):\n%s", text);
   }
 #ifdef FA_HAVE_CPU
   int n_cpu = 0;
@@ -158,9 +160,9 @@ void fa_log(const char *fmt, ...) {
   char line[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
+  (void)vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "flashattn: dispatch: %s\n", line);
+  (void)fprintf(stderr, "flashattn: dispatch: %s\n", line);
 }
 
 static const char *kind_name(fa_backend_kind k) {
@@ -245,8 +247,8 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
     for (int i = 0; i < num_entries; i++) {
       if (kind != FA_BACKEND_AUTO && entries[i].backend->kind != kind) continue;
       size_t l = strlen(why);
-      snprintf(why + l, sizeof why - l, "%s%s: %s", l ? "; " : "",
-               entries[i].backend->name, entries[i].why);
+      (void)snprintf(why + l, sizeof why - l, "%s%s: %s", l ? "; " : "",
+                     entries[i].backend->name, entries[i].why);
     }
     return fa_fail(FA_ERR_NO_DEVICE, "no usable %s backend%s%s",
                    kind_name(kind), why[0] ? ": " : " is compiled in",
@@ -284,12 +286,12 @@ size_t fa_problem_describe(const fa_problem *p, char *buf, size_t len) {
 int fa_kernel_accepts(const fa_kernel *k, const fa_kernel_query *q, fa_op op,
                       const fa_kernel *only, char *why, size_t len) {
   if (only && k != only) {
-    if (len) snprintf(why, len, "the context is bound to kernel %s",
-                      only->name);
+    if (len)
+      (void)snprintf(why, len, "the context is bound to kernel %s", only->name);
     return 0;
   }
   if (op == FA_OP_BACKWARD && !k->backward) {
-    if (len) snprintf(why, len, "no backward kernel");
+    if (len) (void)snprintf(why, len, "no backward kernel");
     return 0;
   }
   if (len) why[0] = '\0';
@@ -316,8 +318,8 @@ static int dispatch_pass(const fa_context *ctx, const fa_problem *p,
         if (log) fa_log("  %s %s: skipped: %s", b->name, kr->name, why);
         if (all_len) {
           size_t l = strlen(all);
-          snprintf(all + l, all_len - l, "%s%s %s: %s", l ? "; " : "",
-                   b->name, kr->name, why);
+          (void)snprintf(all + l, all_len - l, "%s%s %s: %s", l ? "; " : "",
+                         b->name, kr->name, why);
         }
         continue;
       }

@@ -21,7 +21,8 @@ if ! dpkg-query -W -f='${Status}' libsleef-dev:arm64 2>/dev/null | grep -q "ok i
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
-  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF
+  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF \
+  -DFA_WERROR="${FA_WERROR:-OFF}" # ON in CI (.ci/run)
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 grep -q "cpu-neon" <(ctest --test-dir "$build" -N) ||
   { echo "ci-arm64: no cpu-neon tests were built" >&2; exit 1; }

@@ -11,7 +11,8 @@ command -v nvcc >/dev/null ||
   { echo "ci-cuda: nvcc not found (install the CUDA toolkit)" >&2; exit 1; }
 build=${BUILD_DIR:-build-cuda}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFA_ENABLE_CUDA=ON \
-  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF
+  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF \
+  -DFA_WERROR="${FA_WERROR:-OFF}" # ON in CI (.ci/run)
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 test -f "$build/libflashattn-cuda.so" ||
   { echo "ci-cuda: the module was not built" >&2; exit 1; }

@@ -27,7 +27,8 @@ fi
 echo "--- HIP toolchain ready: $((SECONDS - t0)) s"
 
 cmake -S . -B build-hip -DCMAKE_BUILD_TYPE=Release -DFA_ENABLE_HIP=ON \
-  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF -DFA_HIP_ARCHITECTURES="gfx90a;gfx942"
+  -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF -DFA_HIP_ARCHITECTURES="gfx90a;gfx942" \
+  -DFA_WERROR="${FA_WERROR:-OFF}" # ON in CI (.ci/run)
 cmake --build build-hip -j "$jobs"
 echo "--- HIP module built (gfx90a, gfx942): $((SECONDS - t0)) s"
 

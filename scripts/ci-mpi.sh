@@ -18,7 +18,8 @@ build=${BUILD_DIR:-build-mpi}
 nccl=OFF
 if [ -f /usr/local/cuda/include/nccl.h ]; then nccl=ON; fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFA_ENABLE_MPI=ON \
-  -DFA_ENABLE_NCCL=$nccl -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=ON >/dev/null
+  -DFA_ENABLE_NCCL=$nccl -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=ON \
+  -DFA_WERROR="${FA_WERROR:-OFF}" >/dev/null # ON in CI (.ci/run)
 targets=(test_ring test_ring_errors fa-ring-bench)
 if [ "$nccl" = ON ]; then targets+=(test_ring_nccl); fi
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" \

@@ -101,12 +101,13 @@ static fa_status plan_for(const fa_kernel_query *q, fa_plan_data *plan,
 static int cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
   const fa_problem *p = q->problem;
   if (p->a.head_dim > FA_CPU_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim %d > %d", p->a.head_dim, FA_CPU_MAX_HEAD_DIM);
+    (void)snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
+                   FA_CPU_MAX_HEAD_DIM);
     return 0;
   }
   if (p->a.head_dim_v > FA_CPU_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
-             FA_CPU_MAX_HEAD_DIM);
+    (void)snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
+                   FA_CPU_MAX_HEAD_DIM);
     return 0;
   }
   return 1;
@@ -157,16 +158,18 @@ static int cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
 static int bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
   const fa_problem *p = q->problem;
   if (p->dtype != FA_BF16) {
-    snprintf(why, len, "input dtype %s is not bf16", fa_dtype_name(p->dtype));
+    (void)snprintf(why, len, "input dtype %s is not bf16",
+                   fa_dtype_name(p->dtype));
     return 0;
   }
   if (p->descaled) {
-    snprintf(why, len, "descaled inputs (vdpbf16ps multiplies the stored "
-                       "values; cpu.avx512 descales as it widens)");
+    (void)snprintf(why, len,
+                   "descaled inputs (vdpbf16ps multiplies the stored "
+                   "values; cpu.avx512 descales as it widens)");
     return 0;
   }
   if (!fa_cpu_has_avx512bf16()) {
-    snprintf(why, len, "CPU lacks AVX512-BF16");
+    (void)snprintf(why, len, "CPU lacks AVX512-BF16");
     return 0;
   }
   return cpu_supports(q, why, len);

@@ -20,7 +20,7 @@ static unsigned long long xgetbv0(void) {
 static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) {
-    snprintf(why, len, "CPUID leaf 1 unavailable");
+    (void)snprintf(why, len, "CPUID leaf 1 unavailable");
     return 0;
   }
   const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
@@ -33,20 +33,21 @@ static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
             avx512dq = (b7 >> 17) & 1, avx512bw = (b7 >> 30) & 1,
             avx512vl = (b7 >> 31) & 1;
   if (!(avx && avx2 && fma && f16c)) {
-    snprintf(why, len, "CPU lacks AVX2/FMA/F16C");
+    (void)snprintf(why, len, "CPU lacks AVX2/FMA/F16C");
     return 0;
   }
   if (!os_ymm) {
-    snprintf(why, len, "OS does not save AVX state (XCR0=0x%llx)", xcr0);
+    (void)snprintf(why, len, "OS does not save AVX state (XCR0=0x%llx)", xcr0);
     return 0;
   }
   if (isa == FA_ISA_AVX2) return 1;
   if (!(avx512f && avx512dq && avx512bw && avx512vl)) {
-    snprintf(why, len, "CPU lacks AVX-512 F/DQ/BW/VL");
+    (void)snprintf(why, len, "CPU lacks AVX-512 F/DQ/BW/VL");
     return 0;
   }
   if (!os_zmm) {
-    snprintf(why, len, "OS does not save AVX-512 state (XCR0=0x%llx)", xcr0);
+    (void)snprintf(why, len, "OS does not save AVX-512 state (XCR0=0x%llx)",
+                   xcr0);
     return 0;
   }
   return 1;
@@ -88,12 +89,14 @@ int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len) {
     for (int i = 0; i < 4; i++)
       if (strcmp(cap, isa_names[i]) == 0) cap_level = isa_level((fa_cpu_isa)i);
     if (cap_level < 0) {
-      snprintf(why, len, "FA_CPU_MAX_ISA=%s is not one of scalar, avx2, "
-               "avx512, neon", cap);
+      (void)snprintf(why, len,
+                     "FA_CPU_MAX_ISA=%s is not one of scalar, avx2, "
+                     "avx512, neon",
+                     cap);
       return 0;
     }
     if (isa_level(isa) > cap_level) {
-      snprintf(why, len, "capped by FA_CPU_MAX_ISA=%s", cap);
+      (void)snprintf(why, len, "capped by FA_CPU_MAX_ISA=%s", cap);
       return 0;
     }
   }
@@ -116,7 +119,7 @@ int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len) {
 #elif defined(__aarch64__)
     return 1; // Advanced SIMD is mandatory in AArch64
 #else
-    snprintf(why, len, "not an AArch64 CPU");
+    (void)snprintf(why, len, "not an AArch64 CPU");
     return 0;
 #endif
   }

@@ -566,6 +566,7 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
   }
 }
 
+// NOLINTNEXTLINE(readability-function-size): to be split (issue 13)
 static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                             const fa_fwd_args *args, const FA_FN(tiles) * t,
                             float *ws, int64_t w, FA_FN(partials) * part) {

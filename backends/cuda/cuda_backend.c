@@ -94,25 +94,29 @@ static int probe(char *why, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(why, len, "no usable CUDA driver or device: cudaGetDeviceCount: "
-             "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)snprintf(why, len,
+                   "no usable CUDA driver or device: cudaGetDeviceCount: "
+                   "%s (%s)",
+                   cudaGetErrorString(e), cudaGetErrorName(e));
     (void)cudaGetLastError();
     return 0;
   }
   if (n < 1) {
-    snprintf(why, len, "no CUDA device found");
+    (void)snprintf(why, len, "no CUDA device found");
     return 0;
   }
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0)) {
-    snprintf(why, len, "cudaDeviceGetAttribute failed on device 0");
+    (void)snprintf(why, len, "cudaDeviceGetAttribute failed on device 0");
     (void)cudaGetLastError();
     return 0;
   }
   if (major < 8) {
-    snprintf(why, len, "device 0 has compute capability %d.%d; %s needs 8.0 "
-             "or newer (mma.sync bf16, cp.async)", major, minor, BACKEND_NAME);
+    (void)snprintf(why, len,
+                   "device 0 has compute capability %d.%d; %s needs 8.0 "
+                   "or newer (mma.sync bf16, cp.async)",
+                   major, minor, BACKEND_NAME);
     return 0;
   }
   probed_cc = 10 * major + minor;
@@ -279,7 +283,7 @@ static fa_status synchronize(void *state) {
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
-  snprintf(what, sizeof what, "launching %s", kernel);
+  (void)snprintf(what, sizeof what, "launching %s", kernel);
   return cuda_fail((cudaError_t)err, what);
 }
 
@@ -451,8 +455,8 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   const int64_t qblocks = (p->a.seqlen_q + SM90_BLOCK_M - 1) / SM90_BLOCK_M;
   const int64_t items = (int64_t)p->a.batch * p->a.heads_q * qblocks;
   char name[48];
-  snprintf(name, sizeof name, "cuda.sm90.%s.d%d",
-           p->dtype == FA_BF16 ? "bf16" : "f16", dim);
+  (void)snprintf(name, sizeof name, "cuda.sm90.%s.d%d",
+                 p->dtype == FA_BF16 ? "bf16" : "f16", dim);
   const char *why = NULL;
   // FA_SM90_FORCE=1: the sm90 kernel whenever it can run the problem, the
   // size heuristics below aside (so that the float64-oracle grid, whose
@@ -686,20 +690,22 @@ static int supports_generic(const fa_problem *p, char *why, size_t len) {
 static int supports_sm80(const fa_problem *p, fa_dtype dtype, int dim,
                          char *why, size_t len) {
   if (env_set("FA_CUDA_GENERIC")) {
-    snprintf(why, len, "FA_CUDA_GENERIC is set");
+    (void)snprintf(why, len, "FA_CUDA_GENERIC is set");
     return 0;
   }
   if (p->dtype != dtype) {
-    snprintf(why, len, "dtype is not %s", dtype == FA_BF16 ? "bf16" : "f16");
+    (void)snprintf(why, len, "dtype is not %s",
+                   dtype == FA_BF16 ? "bf16" : "f16");
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-             p->a.head_dim, p->a.head_dim_v, dim, dim);
+    (void)snprintf(why, len,
+                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+                   p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!sm80_find(dtype, dim, 0)) {
-    snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
+    (void)snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
     return 0;
   }
   return 1;
@@ -724,26 +730,30 @@ SM80_SUPPORTS(f16, 256)
 static int supports_sm90(const fa_problem *p, fa_dtype dtype, int dim,
                          char *why, size_t len) {
   if (env_set("FA_CUDA_GENERIC") || env_set("FA_CUDA_NO_SM90")) {
-    snprintf(why, len, "FA_CUDA_GENERIC or FA_CUDA_NO_SM90 is set");
+    (void)snprintf(why, len, "FA_CUDA_GENERIC or FA_CUDA_NO_SM90 is set");
     return 0;
   }
   if (probed_cc != 90) {
-    snprintf(why, len, "device 0 is not sm_90 (compute capability %d.%d)",
-             probed_cc / 10, probed_cc % 10);
+    (void)snprintf(why, len, "device 0 is not sm_90 (compute capability %d.%d)",
+                   probed_cc / 10, probed_cc % 10);
     return 0;
   }
   if (!sm90_find(dtype, dim)) {
-    snprintf(why, len, "not compiled in this build (90a, FA_CUDA_HEAD_DIMS)");
+    (void)snprintf(why, len,
+                   "not compiled in this build (90a, FA_CUDA_HEAD_DIMS)");
     return 0;
   }
   if (p->paged) {
-    snprintf(why, len, "paged KV (the sm80 kernel reads the block table)");
+    (void)snprintf(why, len,
+                   "paged KV (the sm80 kernel reads the block table)");
     return 0;
   }
   if (p->a.seqlen_q < 64 && !env_set("FA_SM90_FORCE")) {
-    snprintf(why, len, "seqlen_q %d < 64 (decode: the sm80 decode tile packs "
-             "the GQA heads and splits the keys; a 128-row tile would be "
-             "padding)", p->a.seqlen_q);
+    (void)snprintf(why, len,
+                   "seqlen_q %d < 64 (decode: the sm80 decode tile packs "
+                   "the GQA heads and splits the keys; a 128-row tile would be "
+                   "padding)",
+                   p->a.seqlen_q);
     return 0;
   }
   return supports_sm80(p, dtype, dim, why, len);
@@ -762,16 +772,16 @@ SM90_SUPPORTS(f16, 128)
 SM90_SUPPORTS(f16, 256)
 
 #define SM90_KERNEL(t, d, bwd)                                                 \
-  {.name = "cuda.sm90." #t ".d" #d,                                            \
-   .supports = supports_sm90_##t##_d##d,                                       \
-   .forward = fwd_sm90,                                                        \
-   .backward = bwd}
+  {                                                                            \
+    .name = "cuda.sm90." #t ".d" #d, .supports = supports_sm90_##t##_d##d,     \
+    .forward = fwd_sm90, .backward = (bwd)                                     \
+  }
 
 #define SM80_KERNEL(t, d, bwd)                                                 \
-  {.name = "cuda.sm80." #t ".d" #d,                                            \
-   .supports = supports_##t##_d##d,                                            \
-   .forward = fwd_sm80,                                                        \
-   .backward = bwd}
+  {                                                                            \
+    .name = "cuda.sm80." #t ".d" #d, .supports = supports_##t##_d##d,          \
+    .forward = fwd_sm80, .backward = (bwd)                                     \
+  }
 
 // d64/d128 also have a tensor-core backward; other dims' backward runs on
 // cuda.generic.

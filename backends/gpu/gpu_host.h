@@ -133,13 +133,13 @@ static inline fa_status fa_gpu_grid_fits(const fa_core_services *core,
 static inline int fa_gpu_generic_supports(const fa_problem *p, char *why,
                                           size_t len) {
   if (p->a.head_dim > FA_GPU_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
-             FA_GPU_MAX_HEAD_DIM);
+    (void)snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
+                   FA_GPU_MAX_HEAD_DIM);
     return 0;
   }
   if (p->a.head_dim_v > FA_GPU_MAX_HEAD_DIM) {
-    snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
-             FA_GPU_MAX_HEAD_DIM);
+    (void)snprintf(why, len, "head_dim_v %d > %d", p->a.head_dim_v,
+                   FA_GPU_MAX_HEAD_DIM);
     return 0;
   }
   return 1;

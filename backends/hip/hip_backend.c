@@ -48,8 +48,10 @@ static const fa_core_services *core; // set once by fa_module_backends()
    (ROCm 5.2 returns the name for both). */
 static void hip_text(hipError_t e, char *buf, size_t len) {
   const char *text = hipGetErrorString(e), *name = hipGetErrorName(e);
-  if (strcmp(text, name) == 0) snprintf(buf, len, "%s", name);
-  else snprintf(buf, len, "%s (%s)", text, name);
+  if (strcmp(text, name) == 0)
+    (void)snprintf(buf, len, "%s", name);
+  else
+    (void)snprintf(buf, len, "%s (%s)", text, name);
 }
 
 static fa_status hip_fail(hipError_t e, const char *what) {
@@ -106,7 +108,7 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess || n < 1) {
     char text[160] = "0 devices";
     if (e != hipSuccess) hip_text(e, text, sizeof text);
-    snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
+    (void)snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
     (void)hipGetLastError();
     return 0;
   }
@@ -115,15 +117,16 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess) {
     char text[160];
     hip_text(e, text, sizeof text);
-    snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
+    (void)snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
     (void)hipGetLastError();
     return 0;
   }
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base)) {
-    snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
-             "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
-             prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
+    (void)snprintf(why, len,
+                   "device 0 (%s) is %s; this build of %s has code for %s "
+                   "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
+                   prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
     return 0;
   }
   if (prop.multiProcessorCount > 0) probed_cus = prop.multiProcessorCount;
@@ -267,7 +270,7 @@ static fa_status synchronize(void *state) {
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
-  snprintf(what, sizeof what, "launching %s", kernel);
+  (void)snprintf(what, sizeof what, "launching %s", kernel);
   return hip_fail((hipError_t)err, what);
 }
 
@@ -408,20 +411,22 @@ static int supports_cdna(const fa_problem *p, fa_dtype dtype, int dim,
                          char *why, size_t len) {
   const char *env = getenv("FA_HIP_GENERIC");
   if (env && *env && strcmp(env, "0") != 0) {
-    snprintf(why, len, "FA_HIP_GENERIC is set");
+    (void)snprintf(why, len, "FA_HIP_GENERIC is set");
     return 0;
   }
   if (p->dtype != dtype) {
-    snprintf(why, len, "dtype is not %s", dtype == FA_BF16 ? "bf16" : "f16");
+    (void)snprintf(why, len, "dtype is not %s",
+                   dtype == FA_BF16 ? "bf16" : "f16");
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-             p->a.head_dim, p->a.head_dim_v, dim, dim);
+    (void)snprintf(why, len,
+                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+                   p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!cdna_find(dtype, dim)) {
-    snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
+    (void)snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
     return 0;
   }
   return 1;

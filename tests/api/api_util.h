@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "flashattn.h"
-#include "unit_check.h"
+#include "ts_problem.h"
 
 UT_UNUSED static int au_is_ident(char c) {
   return isalnum((unsigned char)c) || c == '_';
@@ -160,13 +161,7 @@ UT_UNUSED static void au_fill_uniform(float *x, size_t n, double lo,
 
 // A dense BSHD fp32 view of buffer p: [.., seq, heads, dim].
 UT_UNUSED static fa_tensor au_bshd(void *p, int seq, int heads, int dim) {
-  fa_tensor t;
-  t.data = p;
-  t.dtype = FA_F32;
-  t.stride_head = dim;
-  t.stride_seq = (int64_t)heads * dim;
-  t.stride_batch = (int64_t)seq * heads * dim;
-  return t;
+  return ts_bshd(p, FA_F32, seq, heads, dim);
 }
 
 #endif

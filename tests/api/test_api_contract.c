@@ -30,17 +30,7 @@ static size_t padded_len(int seq, int heads) {
   return (size_t)(B * t.stride_batch);
 }
 
-static fa_attention problem(void) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = B;
-  a.seqlen_q = SQ;
-  a.seqlen_k = SK;
-  a.heads_q = HQ;
-  a.heads_kv = HKV;
-  a.head_dim = D;
-  return a;
-}
+static fa_attention problem(void) { return ts_problem(B, SQ, SK, HQ, HKV, D); }
 
 // Inside the view of t (extents B x seq x heads x D)?
 static int in_view(const fa_tensor *t, int seq, int heads, size_t idx) {

@@ -33,13 +33,7 @@ static void setup(void) {
   au_snapshot(&qb);
   au_snapshot(&kb);
   au_snapshot(&vb);
-  fa_attention_init(&base);
-  base.batch = B;
-  base.seqlen_q = SQ;
-  base.seqlen_k = SK;
-  base.heads_q = HQ;
-  base.heads_kv = HKV;
-  base.head_dim = D;
+  base = ts_problem(B, SQ, SK, HQ, HKV, D);
   tq = au_bshd(qb.p, SQ, HQ, D);
   tk = au_bshd(kb.p, SK, HKV, D);
   tv = au_bshd(vb.p, SK, HKV, D);

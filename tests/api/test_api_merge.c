@@ -13,14 +13,7 @@ static fa_context *ctx;
 static float q[NQ], k[NK], v[NV];
 
 static fa_attention problem(int seqlen_k) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = B;
-  a.seqlen_q = SQ;
-  a.seqlen_k = seqlen_k;
-  a.heads_q = HQ;
-  a.heads_kv = HKV;
-  a.head_dim = D;
+  fa_attention a = ts_problem(B, SQ, seqlen_k, HQ, HKV, D);
   a.head_dim_v = DV;
   a.softcap = 4.0f; // position-independent, so splitting keys is exact
   return a;

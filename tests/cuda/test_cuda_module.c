@@ -12,19 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "flashattn.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      printf("FAIL line %d: ", __LINE__);                                      \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-    }                                                                          \
-  } while (0)
 
 static char *explain(const fa_attention *a, fa_dtype t) {
   size_t n = fa_explain(a, t, NULL, 0);
@@ -116,10 +105,7 @@ int main(void) {
     printf("device 4096: %s\n", fa_last_error());
   }
   free(text);
-  if (failures) {
-    printf("%d checks failed\n", failures);
-    return 1;
-  }
+  if (ut_finish("cuda.module")) return 1;
   printf("module checks passed\n");
   return 0;
 }

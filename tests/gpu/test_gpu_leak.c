@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "flashattn.h"
 #include "tensor.h"
 
@@ -34,19 +35,6 @@ static int mem_info(size_t *free_b, size_t *total_b) {
   return cudaMemGetInfo(free_b, total_b) == cudaSuccess ? 0 : -1;
 }
 #endif
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      if (failures++ < 20) {                                                   \
-        printf("FAIL line %d: ", __LINE__);                                    \
-        printf(__VA_ARGS__);                                                   \
-        printf("\n");                                                          \
-      }                                                                        \
-    }                                                                          \
-  } while (0)
 
 /* A small dense problem and its device tensors. */
 typedef struct prob {
@@ -250,10 +238,7 @@ int main(int argc, char **argv) {
   }
   check_leak(cycles);
   check_oom();
-  if (failures) {
-    printf("%d checks failed\n", failures);
-    return 1;
-  }
+  if (ut_finish("gpu.leak")) return 1;
   printf("no device memory lost; out-of-memory reported and recovered\n");
   return 0;
 }

@@ -16,18 +16,7 @@
 #include <string.h>
 
 #include "cdna_mfma_layout.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      if (failures++ < 20) {                                                   \
-        printf("FAIL line %d: ", __LINE__);                                    \
-        printf(__VA_ARGS__);                                                   \
-        printf("\n");                                                          \
-      }                                                                        \
-    }                                                                          \
-  } while (0)
+#include "check.h"
 
 /* ---- 1. the documented direction ------------------------------------------
    AMD Matrix Instruction Calculator / CDNA3 ISA, single-block shapes. */
@@ -267,10 +256,7 @@ int main(void) {
               "C as B: lane %d step %d item %d", lane, t, v);
       }
   check_forward_flow();
-  if (failures) {
-    printf("%d checks failed\n", failures);
-    return 1;
-  }
+  if (ut_finish("hip.mfma_layout")) return 1;
   printf("MFMA fragment layouts (32x32x8, 16x16x16) match AMD's documented "
          "layouts; emulated products and the forward kernel's data flow "
          "agree with plain matrix products\n");

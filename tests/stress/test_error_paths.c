@@ -261,13 +261,7 @@ int main(void) {
   au_alloc(&dqb, NQ * sizeof(float));
   au_alloc(&dkb, NK * sizeof(float));
   au_alloc(&dvb, NK * sizeof(float));
-  fa_attention_init(&base);
-  base.batch = B;
-  base.seqlen_q = SQ;
-  base.seqlen_k = SK;
-  base.heads_q = HQ;
-  base.heads_kv = HKV;
-  base.head_dim = D;
+  base = ts_problem(B, SQ, SK, HQ, HKV, D);
   test_overflowing_strides();
   test_cross_overlaps();
   test_merge_overlaps();

@@ -13,7 +13,6 @@
 //                 window; seqused_k 0): O exactly 0, LSE exactly -inf (or
 //                 the sink), gradients finite
 //   onekey        every row sees exactly one key: O = v bit for bit (f32)
-//   equal         all scores equal: O = the mean of the visible v rows
 //   nan           one NaN in q, k, v or dO (f32, f16, bf16; GEMM and
 //                 row-streaming paths; causal, two-sided window, GQA
 //                 decode): the rows that see it are NaN (O and LSE), every
@@ -26,6 +25,12 @@
 //   seqlen1       seqlen_q = seqlen_k = 1
 //   decode        one query row against 131072 keys (split-KV)
 //   gqa64         heads_q = 64 x heads_kv (forward, backward)
+//
+// All scores equal moved to tests/xval (groups fwd.edge and bwd.edge: the
+// same bounds, every backend). The other edge inputs run there too (logits
+// of +-1e4, f16 near 65504, a NaN in q, k or v) with bounds every backend
+// meets; the cases here keep the CPU's tighter bounds, the inf inputs and
+// the backward's NaN rules.
 //
 // Every check fails the test. FA_STRESS_STRICT=0 downgrades the f16max
 // backward finiteness check (fixed: P = exp(min(s - lse, 0))) to "DEFECT:"
@@ -470,20 +475,6 @@ static void case_onekey(void) {
   }
 }
 
-static void case_equal(void) {
-  prob p;
-  prob_init(&p, FA_F32, 1, 7, 50, 2, 1, 8, 8);
-  ts_rng r;
-  ts_rng_seed(&r, 8);
-  // q = 0: every score is 0, P uniform over the visible keys.
-  fill(p.v, FA_F32, p.nv, &r, 1);
-  fill(p.d_o, FA_F32, p.no, &r, 1);
-  p.a.window_left = 20;
-  check_forward(&p, "all scores equal");
-  check_backward(&p, "all scores equal backward", 0);
-  prob_free(&p);
-}
-
 /* NaN in one element of q, k, v or dO (t = 0..3): the rows of O and LSE
    that attend to it are NaN, every other element matches the oracle, and
    no gradient is NaN where the oracle's is finite. One query head group:
@@ -782,7 +773,6 @@ static const named cases[] = {{"logits1e4", case_logits1e4},
                               {"f16max", case_f16max},
                               {"masked", case_masked},
                               {"onekey", case_onekey},
-                              {"equal", case_equal},
                               {"nan", case_nan},
                               {"infscore", case_infscore},
                               {"dims", case_dims},

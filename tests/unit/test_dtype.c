@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "check.h"
 #include "dtype.h"
-#include "unit_check.h"
 
 // ---- the reference ------------------------------------------------------
 

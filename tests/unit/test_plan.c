@@ -9,8 +9,9 @@
 // a tile holds block_rows query rows of each of pack_group q heads.
 #include <string.h>
 
+#include "check.h"
 #include "plan.h"
-#include "unit_check.h"
+#include "ts_problem.h"
 
 static int round_up(int x, int m) { return (x + m - 1) / m * m; }
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -30,14 +31,7 @@ static fa_caps make_caps(size_t mem, int workers, int align, int max_q,
 
 static int make_problem(fa_problem *p, int batch, int sq, int sk, int hq,
                         int hkv, int d, int dv, int causal, int wl, int wr) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = batch;
-  a.seqlen_q = sq;
-  a.seqlen_k = sk;
-  a.heads_q = hq;
-  a.heads_kv = hkv;
-  a.head_dim = d;
+  fa_attention a = ts_problem(batch, sq, sk, hq, hkv, d);
   a.head_dim_v = dv;
   a.causal = causal;
   a.window_left = wl;

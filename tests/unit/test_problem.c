@@ -7,19 +7,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "check.h"
 #include "problem.h"
-#include "unit_check.h"
+#include "ts_problem.h"
 
 static fa_attention base_problem(int sq, int sk) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 2;
-  a.seqlen_q = sq;
-  a.seqlen_k = sk;
-  a.heads_q = 4;
-  a.heads_kv = 2;
-  a.head_dim = 16;
-  return a;
+  return ts_problem(2, sq, sk, 4, 2, 16);
 }
 
 static void test_defaults(void) {

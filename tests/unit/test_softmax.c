@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "check.h"
 #include "softmax.h"
-#include "unit_check.h"
 
 enum { MAXN = 64, DV = 5, MAXPARTS = 8 };
 

@@ -30,8 +30,12 @@
 //   - fwd.plan cases: fa_plan_forward is bit-identical to fa_forward, and
 //     fa_forward is bit-identical run to run.
 // Inputs are N(0,1) (q scaled by qamp), drawn fresh per case from the run's
-// seed (FA_TEST_SEED to reproduce); shapes, lengths and page shuffles depend
-// only on the case, so "--case N" with the printed seed replays a failure.
+// seed (FA_TEST_SEED to reproduce), or from an edge generator (xcase.gen:
+// logits of +-1e4, f16 near 65504, equal scores; group fwd.edge), whose
+// cases are checked element by element within tests/fuzz/fz_tol.h's forward
+// error bounds instead of the norms above (XV_EXPECT_ELEMENTWISE). Shapes,
+// lengths and page shuffles depend only on the case, so "--case N" with the
+// printed seed replays a failure.
 // Exit status: 0 all passed, 1 a case failed, 77 (SKIP) when the backend is
 // not usable here or it supports none of the group's cases.
 #define _POSIX_C_SOURCE 200809L
@@ -43,6 +47,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "fz_tol.h"
 #include "oracle.h"
 #include "tensor.h"
 #include "xval.h"
@@ -230,6 +235,59 @@ static void fill(xs *s, xt *x, ts_rng *r, double amp) {
         for (int c = 0; c < x->dim; c++)
           ts_store(x->t.data, x->t.dtype, o + c,
                    (float)(amp * ts_rng_normal(r)));
+      }
+}
+
+/* An input element of generator gen (XV_GEN_*) for tensor role 0 (q),
+   1 (k) or 2 (v), before rounding to the dtype. */
+static double edge_value(ts_rng *r, int gen, int role, int d) {
+  switch (gen) {
+  case XV_GEN_LOGITS_POS:
+  case XV_GEN_LOGITS_NEG: {
+    if (role == 2) return ts_rng_normal(r);
+    // Small integers, exact in every dtype: q.k sums d products of about
+    // 1e4 / d each, exactly, in fp32.
+    double base = floor(sqrt(1e4 / d) + 0.5);
+    if (role == 1 && gen == XV_GEN_LOGITS_NEG) base = -base;
+    return base + ts_rng_int(r, -1, 1);
+  }
+  case XV_GEN_F16MAX:
+    return (ts_rng_uniform(r) < 0.5 ? -1 : 1) * 65504.0 *
+           (1.0 - 0.02 * ts_rng_uniform(r));
+  case XV_GEN_EQUAL:
+    return role == 0 ? 0.0 : ts_rng_normal(r);
+  default:
+    return ts_rng_normal(r);
+  }
+}
+
+/* The NaN generators: which tensor (role) holds the NaN. */
+static int nan_role(int gen) {
+  return gen == XV_GEN_NAN_Q   ? 0
+         : gen == XV_GEN_NAN_K ? 1
+         : gen == XV_GEN_NAN_V ? 2
+                               : -1;
+}
+
+/* fill() for the edge generators: every logical element of q, k or v. */
+static void fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role) {
+  if (nan_role(gen) >= 0) {
+    fill(s, x, r, 1.0);
+    if (role != nan_role(gen)) return;
+    // One NaN, in sequence 0 and the last head, where masks and tiles make
+    // some rows see it and some not.
+    int row = role == 0 ? rows_of(s, 0, 0) / 2 : rows_of(s, 1, 0) / 3;
+    int64_t o = elem_index(s, x, 0, row, x->heads - 1);
+    ts_store(x->t.data, x->t.dtype, o + 3 % x->dim, NAN);
+    return;
+  }
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c,
+                   edge_value(r, gen, role, s->c->d));
       }
 }
 
@@ -428,9 +486,15 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   if (xt_init(&s->o, &s->buf[B_O], dt, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
               0))
     return -1;
-  fill(s, &s->q, &dr, c->qamp > 0.0f ? (double)c->qamp : 1.0);
-  fill(s, &s->k, &dr, 1.0);
-  fill(s, &s->v, &dr, 1.0);
+  if (c->gen) {
+    fill_edge(s, &s->q, &dr, c->gen, 0);
+    fill_edge(s, &s->k, &dr, c->gen, 1);
+    fill_edge(s, &s->v, &dr, c->gen, 2);
+  } else {
+    fill(s, &s->q, &dr, c->qamp > 0.0f ? (double)c->qamp : 1.0);
+    fill(s, &s->k, &dr, 1.0);
+    fill(s, &s->v, &dr, 1.0);
+  }
   if (c->bwd) {
     if (xt_init(&s->d_o, &s->buf[B_DO], dt, ol, qnb, qns, c->hq, c->dv, c->pad,
                 vq, 0) ||
@@ -696,6 +760,12 @@ static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
     tn += snprintf(thr + tn, sizeof thr - tn, " slack=%d", c->slack);
   if (c->qamp > 0.0f)
     tn += snprintf(thr + tn, sizeof thr - tn, " qamp=%g", (double)c->qamp);
+  if (c->gen) {
+    static const char *gz[] = {"normal", "logits+1e4", "logits-1e4", "f16max",
+                               "equal",  "nan-q",      "nan-k",      "nan-v"};
+    tn += snprintf(thr + tn, sizeof thr - tn, " gen=%s%s", gz[c->gen],
+                   c->expect == XV_EXPECT_ELEMENTWISE ? " elementwise" : "");
+  }
   if (c->layout == XV_LAYOUT_PACKED)
     snprintf(lay, sizeof lay, "qkvpacked");
   else if (c->mixed)
@@ -748,6 +818,55 @@ static int fail_status(fa_status st, const char *what, msgbuf *m, char *why,
   return R_FAIL;
 }
 
+/* 1 if the kernel that runs s's forward multiplies whole tiles of P by V
+   (flashattn.h: a NaN or inf in a V row may then reach the rows of its
+   tile that cannot see that key): the GPU tensor-core kernels. */
+static int tile_kernel(xs *s) {
+  fa_plan *plan = NULL;
+  char text[512] = "";
+  if (fa_plan_create(s->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, &plan))
+    return 0;
+  fa_plan_describe(plan, text, sizeof text);
+  fa_plan_destroy(plan);
+  return strstr(text, "kernel=cuda.sm80.") ||
+         strstr(text, "kernel=cuda.sm90.") || strstr(text, "kernel=hip.cdna.");
+}
+
+/* XV_EXPECT_ELEMENTWISE: o (already extracted to ogot) and lse element by
+   element within fz_fwd_tol's bounds; empty rows exact. */
+static int check_elementwise(xs *s, const double *oref, const double *lref,
+                             const double *ogot, double *lgot, char *res,
+                             size_t rn, msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *otol = malloc(sizeof(double) * no);
+  double *ltol = malloc(sizeof(double) * nl);
+  if (!otol || !ltol ||
+      fz_fwd_tol(a, s->q.t, s->k.t, s->v.t, oref, lref, otol, ltol)) {
+    msg(m, "out of memory");
+  } else {
+    // fz_compare's leak_ok bit 1: a NaN where the oracle's O is finite.
+    const int leak = c->gen == XV_GEN_NAN_V && tile_kernel(s) ? 1 : 0;
+    size_t bad =
+        fz_compare("o", c->dt, oref, ogot, otol, no, leak, stdout, NULL, NULL);
+    if (bad) msg(m, "o: %zu elements outside the fz_tol.h bounds", bad);
+    if (!c->no_lse) {
+      extract_lse(s, lgot);
+      if (nan_role(c->gen) < 0) check_finite(lref, lgot, nl, "lse", m);
+      bad = fz_compare("lse", FA_F32, lref, lgot, ltol, nl, 0, stdout, NULL,
+                       NULL);
+      if (bad) msg(m, "lse: %zu elements outside the fz_tol.h bounds", bad);
+    }
+    check_empty_rows(s, ogot, c->no_lse ? NULL : lgot, m);
+    snprintf(res, rn, "every element within the fz_tol.h bounds");
+  }
+  free(otol);
+  free(ltol);
+  return m->count ? R_FAIL : R_PASS;
+}
+
 static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   const xcase *c = s->c;
   const fa_attention *a = &s->a;
@@ -769,7 +888,8 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     goto done;
   }
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
-  if (c->dt != FA_F32) {
+  const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
+  if (c->dt != FA_F32 && !elementwise) {
     fa_naive_forward(a, s->q.t, s->k.t, s->v.t, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
     nmerr = ts_max_err_f(oref, onv, no);
@@ -799,7 +919,12 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   }
   check_memory(s, m);
   extract(s, &s->o, "o", ogot, m);
-  check_finite(oref, ogot, no, "o", m);
+  if (nan_role(c->gen) < 0) // (fz_compare checks NaN placement exactly)
+    check_finite(oref, ogot, no, "o", m);
+  if (elementwise) {
+    rc = check_elementwise(s, oref, lref, ogot, lgot, res, rn, m);
+    goto done;
+  }
   double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(c->dt, nerr);
   double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(c->dt, nmerr);
   check_err("o (relative Frobenius)", err, bound, m);
@@ -887,6 +1012,48 @@ done:
   return rc;
 }
 
+/* XV_EXPECT_ELEMENTWISE for the backward: every gradient element (got,
+   extracted) within fz_bwd_tol's bounds around the oracle's (ref), which
+   carry the forward's own bounds into dP, D and dS. */
+static int check_bwd_elementwise(xs *s, double *const ref[3],
+                                 double *const got[3], const size_t cnt[3],
+                                 char *res, size_t rn, msgbuf *m) {
+  static const char *names[3] = {"dq", "dk", "dv"};
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *oref = malloc(sizeof(double) * no),
+         *otol = malloc(sizeof(double) * no);
+  double *lref = malloc(sizeof(double) * nl),
+         *ltol = malloc(sizeof(double) * nl);
+  double *tol[3] = {malloc(sizeof(double) * cnt[0]),
+                    malloc(sizeof(double) * cnt[1]),
+                    malloc(sizeof(double) * cnt[2])};
+  if (!oref || !otol || !lref || !ltol || !tol[0] || !tol[1] || !tol[2] ||
+      fa_oracle_forward(a, s->q.t, s->k.t, s->v.t, oref, lref) ||
+      fz_fwd_tol(a, s->q.t, s->k.t, s->v.t, oref, lref, otol, ltol) ||
+      fz_bwd_tol(a, s->q.t, s->k.t, s->v.t, s->d_o.t, oref, lref, otol, ltol,
+                 ref[0], ref[1], ref[2], tol[0], tol[1], tol[2])) {
+    msg(m, "out of memory");
+  } else {
+    for (int i = 0; i < 3; i++) {
+      check_finite(ref[i], got[i], cnt[i], names[i], m);
+      size_t bad = fz_compare(names[i], c->dt, ref[i], got[i], tol[i], cnt[i],
+                              0, stdout, NULL, NULL);
+      if (bad)
+        msg(m, "%s: %zu elements outside the fz_tol.h bounds", names[i], bad);
+    }
+    snprintf(res, rn, "every gradient element within the fz_tol.h bounds");
+  }
+  free(oref);
+  free(otol);
+  free(lref);
+  free(ltol);
+  for (int i = 0; i < 3; i++) free(tol[i]);
+  return m->count ? R_FAIL : R_PASS;
+}
+
 static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   const xcase *c = s->c;
   const fa_attention *a = &s->a;
@@ -916,8 +1083,10 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     msg(m, "oracle failed");
     goto done;
   }
-  fa_naive_backward(a, s->q.t, s->k.t, s->v.t, s->d_o.t, nv_[0], nv_[1],
-                    nv_[2]);
+  const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
+  if (!elementwise) // (the naive 16-bit attention overflows on edge inputs)
+    fa_naive_backward(a, s->q.t, s->k.t, s->v.t, s->d_o.t, nv_[0], nv_[1],
+                      nv_[2]);
   int fo[2] = {B_O, B_LSE};
   if (poison_upload(s, fo, 2)) {
     msg(m, "upload failed");
@@ -966,6 +1135,10 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   extract(s, &s->dq, "dq", got[0], m);
   extract(s, &s->dk, "dk", got[1], m);
   extract(s, &s->dv, "dv", got[2], m);
+  if (elementwise) {
+    rc = check_bwd_elementwise(s, ref, got, cnt, res, rn, m);
+    goto done;
+  }
   double err[3], bound[3], merr[3], mbound[3];
   for (int i = 0; i < 3; i++) {
     check_finite(ref[i], got[i], cnt[i], names[i], m);

@@ -9,6 +9,34 @@
 /* Layout of k/v relative to q: the same, or the next one (mixed views). */
 #define XV_LAYOUT_PACKED 3 /* q, k, v in one [b][s][hq+2hkv][d] buffer */
 
+/* Input generators (xcase.gen): the edge numerics of tests/stress as
+   inputs every backend gets. */
+enum {
+  XV_GEN_NORMAL = 0, /* N(0, 1), q scaled by qamp */
+  XV_GEN_LOGITS_POS, /* integer q, k near +-sqrt(1e4 / d): with scale 1
+                        every score is exactly ~+1e4 in fp32 */
+  XV_GEN_LOGITS_NEG, /* the same with k negated: scores ~-1e4 */
+  XV_GEN_F16MAX,     /* q, k, v within 2% of +-65504, random signs */
+  XV_GEN_EQUAL,      /* q = 0: every score 0, O the mean of the visible v */
+  XV_GEN_NAN_Q,      /* N(0, 1) with one NaN in q (row sq/2 of sequence 0) */
+  XV_GEN_NAN_K,      /* ... in k (key sk/3 of sequence 0) */
+  XV_GEN_NAN_V       /* ... in v (key sk/3 of sequence 0) */
+};
+
+/* What a case's result must satisfy (xcase.expect). */
+enum {
+  XV_EXPECT_RULE = 0,   /* norms vs the oracle: f32 fixed bounds, 16-bit the
+                           FlashAttention rule (2x a naive same-precision
+                           attention) */
+  XV_EXPECT_ELEMENTWISE /* every element within the forward error analysis
+                           of tests/fuzz/fz_tol.h (a norm ratio means
+                           little on such inputs, and the naive 16-bit
+                           attention overflows on them); NaN exactly where
+                           the oracle's is, except where flashattn.h lets
+                           a tensor-core kernel spread a NaN of v over its
+                           tile */
+};
+
 typedef struct xcase {
   int bwd; /* 0 forward, 1 backward */
   fa_dtype dt;
@@ -36,6 +64,8 @@ typedef struct xcase {
                        default. Decode cases use 8 so the planner sees more
                        workers than work items and splits the keys
                        (split-KV) whatever the host's core count. */
+  int gen;          /* XV_GEN_*: how q, k and v are drawn */
+  int expect;       /* XV_EXPECT_*: how the result is checked */
 } xcase;
 
 /* A case with every field at its default: forward f32, b2 sq64 sk64 hq2 hkv2

@@ -20,7 +20,7 @@ const char *const xv_groups[] = {
     "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
     "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
     "bwd.paged",  "bwd.layout",   "fwd.tensor-core", "bwd.tensor-core",
-    NULL};
+    "fwd.edge",   "bwd.edge",     NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -672,6 +672,83 @@ static void bwd_tensor_core(list *l) {
 #undef T
 }
 
+/* tests/stress's edge numerics (logits of +-1e4, f16 near 65504, equal
+   scores, a NaN in q, k or v) through every backend, each element within
+   fz_tol.h's forward bounds: what any correct fp32-accumulating kernel
+   meets. (On the GPU tensor-core kernels a NaN in v may also reach rows
+   that cannot see it, as flashattn.h allows: a NaN there is accepted.)
+   The bounds assume rounded logits, so at +-1e4 they allow ~0.25 max|v|
+   and catch what breaks there (exp overflow or underflow, a lost row max:
+   NaN, inf, 0); tests/stress keeps the CPU's tight bound for these
+   exact-integer logits (1e-5 max|v|), the inf cases and the CPU's strict
+   NaN rules for the backward. Shapes include d64 f16/bf16 ones, which the
+   GPU tensor-core kernels take. */
+static void edge_cases(list *l, int bwd) {
+  xcase c;
+#define E(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = bwd;                                                               \
+    c.expect = XV_EXPECT_ELEMENTWISE;                                          \
+    __VA_ARGS__;                                                               \
+    add(l, c);                                                                 \
+  } while (0)
+  // Logits of +-1e4, exact in fp32 (integer q, k; scale 1).
+  for (int g = XV_GEN_LOGITS_POS; g <= XV_GEN_LOGITS_NEG; g++) {
+    E(c.gen = g; c.sq = 17; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;
+      c.scale = 1.0f);
+    E(c.gen = g; c.sq = 17; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;
+      c.scale = 1.0f; c.causal = BR);
+    E(c.gen = g; c.sq = 40; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;
+      c.scale = 1.0f; c.wl = 20; c.wr = 3);
+    E(c.gen = g; c.sq = 70; c.sk = 130; c.hq = 4; c.hkv = 2; c.scale = 1.0f;
+      c.causal = BR; c.dt = FA_BF16);
+  }
+  // f16 near 65504: O(1) logits (scale 1 / (65504^2 * 8)), then the
+  // default scale (logits ~1e9, beyond fp32's resolution: finite only).
+  const float tiny = (float)(1.0 / (65504.0 * 65504.0 * 8.0));
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 9; c.sk = 33; c.hq = 4;
+    c.scale = tiny);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 70; c.sk = 130; c.hq = 4;
+    c.scale = tiny; c.causal = BR);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_BF16; c.sq = 70; c.sk = 130; c.hq = 4;
+    c.scale = tiny);
+  E(c.gen = XV_GEN_F16MAX; c.dt = FA_F16; c.sq = 9; c.sk = 33; c.hq = 4);
+  // Every score equal: O is the mean of the visible v rows.
+  E(c.gen = XV_GEN_EQUAL; c.b = 1; c.sq = 7; c.sk = 50; c.hq = 2; c.hkv = 1;
+    c.d = c.dv = 8; c.wl = 20);
+  E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_F16; c.wl = 20);
+  E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_BF16; c.causal = BR);
+  if (bwd) return; // (the backward's NaN rules stay in tests/stress)
+  // One NaN in q, k or v: the rows that see it are NaN, every other element
+  // as the oracle's (a masked key contributes nothing, not even 0 * NaN).
+  E(c.gen = XV_GEN_NAN_Q; c.sq = 70; c.sk = 130; c.causal = BR);
+  E(c.gen = XV_GEN_NAN_Q; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3;
+    c.dt = FA_BF16);
+  E(c.gen = XV_GEN_NAN_K; c.sq = 70; c.sk = 130; c.causal = BR);
+  E(c.gen = XV_GEN_NAN_K; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3;
+    c.dt = FA_F16);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 70; c.sk = 130; c.wl = 20; c.wr = 3);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 70; c.sk = 130; c.causal = BR; c.dt = FA_BF16);
+  // Split-KV decode: the NaN's key inside the window, then outside it.
+  E(c.gen = XV_GEN_NAN_V; c.sq = 1; c.sk = 900; c.hq = 8; c.hkv = 2; c.wl = 700;
+    c.wr = 0; c.dt = FA_F16; c.threads = 8);
+  E(c.gen = XV_GEN_NAN_V; c.sq = 1; c.sk = 900; c.hq = 8; c.hkv = 2; c.wl = 400;
+    c.wr = 0; c.dt = FA_F16; c.threads = 8);
+#undef E
+}
+
+static void fwd_edge(list *l) { edge_cases(l, 0); }
+
+/* The same inputs through the backward: every gradient element within
+   fz_tol.h's bounds (tests/stress's), which carry the forward's into dP, D
+   and dS. Equal scores keep them tight; at logits of +-1e4 and f16 near
+   65504 they only catch the gross (non-finite, overflowed, misplaced)
+   errors. At the default scale f16 near 65504 gives logits fp32 cannot
+   resolve: the gradients must only be finite (dO.v does not overflow at
+   d 64). */
+static void bwd_edge(list *l) { edge_cases(l, 1); }
+
 int xv_group_cases(const char *name, xcase *out, int max) {
   static const struct {
     const char *name;
@@ -686,7 +763,8 @@ int xv_group_cases(const char *name, xcase *out, int max) {
                {"bwd.gqa", bwd_gqa},         {"bwd.varlen", bwd_varlen},
                {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout},
                {"fwd.tensor-core", fwd_tensor_core},
-               {"bwd.tensor-core", bwd_tensor_core}};
+               {"bwd.tensor-core", bwd_tensor_core},
+               {"fwd.edge", fwd_edge},       {"bwd.edge", bwd_edge}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].name, name) == 0) {
       list l = {out, 0, max};

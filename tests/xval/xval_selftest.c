@@ -15,21 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "oracle.h"
 #include "tensor.h"
+#include "ts_problem.h"
 #include "xval.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      printf("  FAIL %s:%d: ", __FILE__, __LINE__);                            \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-    }                                                                          \
-  } while (0)
 
 static int close_to(double a, double b, double tol) {
   if (isinf(a) || isinf(b)) return a == b;
@@ -38,20 +28,12 @@ static int close_to(double a, double b, double tol) {
 
 /* A dense f32 BSHD tensor [nb][ns][nh][nd]. */
 static fa_tensor dense(float *data, int ns, int nh, int nd) {
-  fa_tensor t = {data, FA_F32, (int64_t)ns * nh * nd, (int64_t)nh * nd, nd};
-  return t;
+  return ts_bshd(data, FA_F32, ns, nh, nd);
 }
 
 static fa_attention base(int b, int sq, int sk, int hq, int hkv, int d,
                          int dv) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = b;
-  a.seqlen_q = sq;
-  a.seqlen_k = sk;
-  a.heads_q = hq;
-  a.heads_kv = hkv;
-  a.head_dim = d;
+  fa_attention a = ts_problem(b, sq, sk, hq, hkv, d);
   a.head_dim_v = dv;
   return a;
 }
@@ -437,7 +419,7 @@ int xv_selftest(void) {
   };
   ts_rng r;
   ts_rng_seed(&r, 12345);
-  failures = 0;
+  ut_failures = 0;
   printf("oracle self-test: closed forms\n");
   closed_forms();
   for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
@@ -448,7 +430,7 @@ int xv_selftest(void) {
     naive_agrees(combos[c], &r);
     finite_diff(combos[c], &r);
   }
-  printf("oracle self-test: %s (%d failures)\n", failures ? "FAIL" : "PASS",
-         failures);
-  return failures;
+  printf("oracle self-test: %s (%ld of %ld checks failed)\n",
+         ut_failures ? "FAIL" : "PASS", ut_failures, ut_checks);
+  return ut_failures != 0;
 }

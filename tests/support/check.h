@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Minimal checking helpers shared by the unit tests: count failures, print
-// the first few of them with file and line, exit 1 if any failed.
-#ifndef FA_TESTS_UNIT_CHECK_H
-#define FA_TESTS_UNIT_CHECK_H
+// The tests' one check macro: CHECK(cond, "format", args...) counts a
+// check, and a failure prints file, line, the condition and the message
+// (the first 40; UT_VERBOSE=1 prints them all); ut_finish(name) prints the
+// totals and returns the exit code (1 if any check failed). Header-only, so
+// that the API tests, which link nothing but the library, use it too.
+// Also a small reproducible random number generator for unit tests.
+#ifndef FA_TESTS_CHECK_H
+#define FA_TESTS_CHECK_H
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -41,7 +45,7 @@ ut_report(const char *file, int line, const char *expr, const char *fmt, ...) {
     if (!(cond)) ut_report(__FILE__, __LINE__, #cond, __VA_ARGS__);            \
   } while (0)
 
-static int ut_finish(const char *name) {
+UT_UNUSED static int ut_finish(const char *name) {
   if (ut_failures) {
     fprintf(stderr, "%s: %ld of %ld checks failed\n", name, ut_failures,
             ut_checks);
