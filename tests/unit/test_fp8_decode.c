@@ -10,7 +10,7 @@
 
 #include "../../backends/gpu/fp8.h"
 #include "dtype.h"
-#include "unit_check.h"
+#include "check.h"
 
 typedef struct fmt {
   const char *name;
