@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "../../backends/gpu/fp8.h"
-#include "dtype.h"
 #include "check.h"
+#include "dtype.h"
 
 typedef struct fmt {
   const char *name;
