@@ -47,7 +47,8 @@ enum { EXIT_CHECK = 1, EXIT_USAGE = 2 };
 typedef struct options {
   const char *backend; // "auto", a kind ("cpu", "cuda", "hip") or a name
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v;
-  fa_dtype dtype;
+  fa_dtype dtype; // inputs q, k, v
+  int out;        // 1 + the outputs' dtype; 0: the inputs' (bf16 for FP8)
   int causal, window_left, window_right;
   float softcap;
   int decode, bwd, threads, iters, warmup;
@@ -72,7 +73,10 @@ static void usage(FILE *f) {
              "  --sq N, --sk N   seqlen_q, seqlen_k separately\n"
              "  -d N             head_dim (64)\n"
              "  --dv N           head_dim of v and o (= head_dim)\n"
-             "  --dtype T        f32 (default), f16 or bf16\n"
+             "  --dtype T        inputs: f32 (default), f16, bf16, e4m3 or "
+             "e5m2\n"
+             "  --out T          outputs: f32, f16 or bf16 (= --dtype; bf16 "
+             "for FP8)\n"
              "  --causal         causal mask, aligned bottom-right\n"
              "  --window L,R     sliding window (-1 = unbounded side)\n"
              "  --softcap C      scores become C*tanh(s/C)\n"
@@ -241,15 +245,26 @@ static int parse_args(int argc, char **argv, options *o) {
       int_field = &o->iters;
     } else if (!strcmp(name, "--warmup")) {
       int_field = &o->warmup, lo = 0;
-    } else if (!strcmp(name, "--dtype")) {
+    } else if (!strcmp(name, "--dtype") || !strcmp(name, "--out")) {
+      const int out = !strcmp(name, "--out");
+      fa_dtype t;
       if (same_text_nocase(val, "f32") || same_text_nocase(val, "fp32"))
-        o->dtype = FA_F32;
+        t = FA_F32;
       else if (same_text_nocase(val, "f16") || same_text_nocase(val, "fp16"))
-        o->dtype = FA_F16;
+        t = FA_F16;
       else if (same_text_nocase(val, "bf16"))
-        o->dtype = FA_BF16;
+        t = FA_BF16;
+      else if (!out && same_text_nocase(val, "e4m3"))
+        t = FA_E4M3;
+      else if (!out && same_text_nocase(val, "e5m2"))
+        t = FA_E5M2;
       else
-        return fail_usage("--dtype %s: expected f32, f16 or bf16", val);
+        return fail_usage("%s %s: expected f32, f16 or bf16%s", name, val,
+                          out ? "" : " (or e4m3, e5m2)");
+      if (out)
+        o->out = 1 + (int)t;
+      else
+        o->dtype = t;
     } else if (!strcmp(name, "--window")) {
       int l, r, used = 0;
       if (sscanf(val, "%d,%d%n", &l, &r, &used) != 2 || val[used] || l < -1 ||
@@ -327,6 +342,13 @@ static fa_status time_steps(const char *what, step_fn step, void *arg,
 }
 
 /* ---- buffers --------------------------------------------------------- */
+
+/* The outputs' dtype (o, do and the gradients): --out, else the inputs';
+   FP8 inputs default to bf16 outputs (outputs are never FP8). */
+static fa_dtype out_dtype(const options *o) {
+  if (o->out) return (fa_dtype)(o->out - 1);
+  return o->dtype == FA_E4M3 || o->dtype == FA_E5M2 ? FA_BF16 : o->dtype;
+}
 
 /* One tensor: a host copy (what the oracle reads) and the context's copy
    (what the library reads and writes), dense [batch][seq][heads][dim]. */
@@ -501,7 +523,8 @@ typedef struct check {
 
 static fa_status compute_check(run *r, check *c) {
   const fa_attention *a = &r->a;
-  fa_dtype t = r->opt.dtype;
+  // The rule of the output precision: FP8 inputs decode exactly.
+  fa_dtype t = out_dtype(&r->opt);
   int low = t != FA_F32, bwd = r->opt.bwd;
   buffer *buf[NUM_OUTPUTS] = {&r->o, NULL, &r->dq, &r->dk, &r->dv};
   double *ref[NUM_OUTPUTS] = {NULL};
@@ -517,14 +540,14 @@ static fa_status compute_check(run *r, check *c) {
   }
   fa_tensor q = buffer_host(&r->q), k = buffer_host(&r->k),
             v = buffer_host(&r->v), d_o = buffer_host(&r->d_o);
-  if (s == FA_OK &&
-      (fa_oracle_forward(a, q, k, v, ref[OUT_O], ref[OUT_LSE]) ||
-       (bwd && fa_oracle_backward(a, q, k, v, d_o, ref[OUT_DQ], ref[OUT_DK],
-                                  ref[OUT_DV])) ||
-       (low && fa_naive_forward(a, q, k, v, naive[OUT_O], naive[OUT_LSE])) ||
-       (low && bwd &&
-        fa_naive_backward(a, q, k, v, d_o, naive[OUT_DQ], naive[OUT_DK],
-                          naive[OUT_DV]))))
+  if (s == FA_OK && (fa_oracle_forward(a, q, k, v, ref[OUT_O], ref[OUT_LSE]) ||
+                     (bwd && fa_oracle_backward(a, q, k, v, d_o, ref[OUT_DQ],
+                                                ref[OUT_DK], ref[OUT_DV])) ||
+                     (low && fa_naive_forward_out(a, q, k, v, t, naive[OUT_O],
+                                                  naive[OUT_LSE])) ||
+                     (low && bwd &&
+                      fa_naive_backward(a, q, k, v, d_o, naive[OUT_DQ],
+                                        naive[OUT_DK], naive[OUT_DV]))))
     s = FA_ERR_INVALID_ARGUMENT; // the oracle said why on stderr
   if (s == FA_OK)
     s = fa_copy_to_host(r->ctx, r->lse_host, r->lse_dev,
@@ -564,6 +587,7 @@ static void print_text(const run *r, const char *backend, const char *kernel,
   printf("problem   b=%d hq=%d hkv=%d sq=%d sk=%d d=%d dv=%d %s", o->batch,
          o->heads_q, o->heads_kv, o->seqlen_q, o->seqlen_k, o->head_dim,
          o->head_dim_v, ts_dtype_name(o->dtype));
+  if (out_dtype(o) != o->dtype) printf("->%s", ts_dtype_name(out_dtype(o)));
   if (o->causal) printf(" causal");
   if (o->window_left >= 0 || o->window_right >= 0)
     printf(" window=%d,%d", o->window_left, o->window_right);
@@ -604,13 +628,15 @@ static void print_json(const run *r, const char *backend, const char *kernel,
   json_string(plan);
   printf(", \"batch\": %d, \"heads_q\": %d, \"heads_kv\": %d, "
          "\"seqlen_q\": %d, \"seqlen_k\": %d, \"head_dim\": %d, "
-         "\"head_dim_v\": %d, \"dtype\": \"%s\", \"causal\": %s, "
+         "\"head_dim_v\": %d, \"dtype\": \"%s\", \"out\": \"%s\", "
+         "\"causal\": %s, "
          "\"window\": [%d, %d], \"softcap\": %g, \"threads\": %d, "
          "\"iters\": %d, \"warmup\": %d",
          o->batch, o->heads_q, o->heads_kv, o->seqlen_q, o->seqlen_k,
          o->head_dim, o->head_dim_v, ts_dtype_name(o->dtype),
-         o->causal ? "true" : "false", o->window_left, o->window_right,
-         (double)o->softcap, o->threads, o->iters, o->warmup);
+         ts_dtype_name(out_dtype(o)), o->causal ? "true" : "false",
+         o->window_left, o->window_right, (double)o->softcap, o->threads,
+         o->iters, o->warmup);
   printf(", \"fwd_flops\": %.6g, \"fwd_ms_median\": %.6g, "
          "\"fwd_ms_min\": %.6g, \"fwd_tflops\": %.6g",
          flops, 1e3 * fwd->median_s, 1e3 * fwd->min_s,
@@ -706,8 +732,8 @@ static int bench(run *r) {
   };
   int count = o->bwd ? 8 : 4;
   for (int i = 0; i < count && s == FA_OK; i++)
-    s = buffer_make(r->ctx, tensors[i].b, o->dtype, o->batch, tensors[i].seq,
-                    tensors[i].heads, tensors[i].dim,
+    s = buffer_make(r->ctx, tensors[i].b, i < 3 ? o->dtype : out_dtype(o),
+                    o->batch, tensors[i].seq, tensors[i].heads, tensors[i].dim,
                     tensors[i].random ? &rng : NULL);
   if (s) return lib_error("allocating the tensors", s);
   // The plan is made for these tensors' layout (dispatch decides once).

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "flashattn.h"
+#include "fp8.h"
 
 static inline uint32_t fa_f32_bits(float f) {
   uint32_t u;
@@ -69,10 +70,32 @@ static inline uint16_t fa_f32_to_f16(float f) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
-static inline size_t fa_dtype_size(fa_dtype t) { return t == FA_F32 ? 4 : 2; }
+static inline int fa_dtype_valid(fa_dtype t) {
+  return t == FA_F32 || t == FA_F16 || t == FA_BF16 || fa_dtype_is_fp8(t);
+}
+
+static inline size_t fa_dtype_size(fa_dtype t) {
+  return t == FA_F32 ? 4 : fa_dtype_is_fp8(t) ? 1 : 2;
+}
 
 static inline const char *fa_dtype_name(fa_dtype t) {
-  return t == FA_F32 ? "f32" : t == FA_F16 ? "f16" : t == FA_BF16 ? "bf16" : "?";
+  return t == FA_F32    ? "f32"
+         : t == FA_F16  ? "f16"
+         : t == FA_BF16 ? "bf16"
+         : t == FA_E4M3 ? "e4m3"
+         : t == FA_E5M2 ? "e5m2"
+                        : "?";
+}
+
+/* An FP8 code decoded and multiplied by a factor x in one fp32 product,
+   the route the vector decoders take (backends/cpu/simd): e5m2 is the upper
+   byte of an f16; e4m3 placed 7 bits up is an f16 of 2^-8 times its value,
+   so for e4m3 x carries a factor 256. Bit-identical to decoding and then
+   multiplying by x (or x / 256), where x is finite. */
+static inline float fa_fp8_scaled_f32(uint8_t c, int e5m2, float x) {
+  if (e5m2) return fa_f16_to_f32((uint16_t)((unsigned)c << 8)) * x;
+  if ((c & 0x7fu) == 0x7fu) return fa_bits_f32(0x7fc00000u);
+  return fa_f16_to_f32((uint16_t)(((c & 0x80u) << 8) | ((c & 0x7fu) << 7))) * x;
 }
 
 /* Element idx of a buffer of type t, widened to fp32. Through memcpy (a
@@ -86,6 +109,7 @@ static inline float fa_load(const void *base, fa_dtype t, int64_t idx) {
     memcpy(&x, p + idx * 4, 4);
     return x;
   }
+  if (fa_dtype_is_fp8(t)) return fa_fp8_to_f32(p[idx], t);
   uint16_t h;
   memcpy(&h, p + idx * 2, 2);
   return t == FA_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
@@ -95,6 +119,8 @@ static inline void fa_store(void *base, fa_dtype t, int64_t idx, float x) {
   unsigned char *p = (unsigned char *)base;
   if (t == FA_F32) {
     memcpy(p + idx * 4, &x, 4);
+  } else if (fa_dtype_is_fp8(t)) { // test data only: outputs are not FP8
+    p[idx] = t == FA_E4M3 ? fa_f32_to_e4m3(x) : fa_f32_to_e5m2(x);
   } else {
     uint16_t h = t == FA_F16 ? fa_f32_to_f16(x) : fa_f32_to_bf16(x);
     memcpy(p + idx * 2, &h, 2);
@@ -106,6 +132,9 @@ static inline void fa_load_row(float *dst, const void *base, fa_dtype t,
                                int64_t idx, int n) {
   if (t == FA_F32) {
     memcpy(dst, (const float *)base + idx, (size_t)n * 4);
+  } else if (fa_dtype_is_fp8(t)) {
+    const uint8_t *s = (const uint8_t *)base + idx;
+    for (int i = 0; i < n; i++) dst[i] = fa_fp8_to_f32(s[i], t);
   } else if (t == FA_BF16) {
     const uint16_t *s = (const uint16_t *)base + idx;
     for (int i = 0; i < n; i++) dst[i] = fa_bf16_to_f32(s[i]);

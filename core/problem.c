@@ -55,8 +55,10 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
                    "fa_attention_init() and build against the header of the "
                    "library you run with",
                    a->struct_size, FA_VERSION_STRING, sizeof(fa_attention));
-  if (dtype != FA_F32 && dtype != FA_F16 && dtype != FA_BF16)
-    return fa_fail(INVALID, "dtype=%d is not FA_F32, FA_F16 or FA_BF16",
+  if (!fa_dtype_valid(dtype))
+    return fa_fail(INVALID,
+                   "dtype=%d is not FA_F32, FA_F16, FA_BF16, "
+                   "FA_E4M3 or FA_E5M2",
                    (int)dtype);
   if (a->batch < 1) return fa_fail(INVALID, "batch=%d must be >= 1", a->batch);
   if (a->seqlen_q < 1)
@@ -151,7 +153,9 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
   memset(p, 0, sizeof *p);
   p->a = *a;
   p->dtype = dtype;
-  p->dtype_out = dtype;
+  // Outputs are never FP8: an FP8 problem's outputs are bf16 until a
+  // layout says otherwise.
+  p->dtype_out = fa_dtype_is_fp8(dtype) ? FA_BF16 : dtype;
   p->explicit_positions = a->positions == FA_POSITIONS_EXPLICIT;
   if (p->a.head_dim_v == 0) p->a.head_dim_v = a->head_dim;
   if (p->a.scale == 0.0f) p->a.scale = 1.0f / sqrtf((float)a->head_dim);
@@ -335,9 +339,15 @@ static fa_status check_no_self_overlap(const view *v) {
 fa_status fa_tensor_check(const char *name, const fa_tensor *t,
                           const int64_t n[4], int is_output) {
   if (!t) return fa_fail(INVALID, "%s is NULL", name);
-  if (t->dtype != FA_F32 && t->dtype != FA_F16 && t->dtype != FA_BF16)
+  if (!fa_dtype_valid(t->dtype))
     return fa_fail(INVALID, "%s.dtype=%d is not a valid fa_dtype", name,
                    (int)t->dtype);
+  // Every caller's tensors are attention outputs (merge parts included).
+  if (fa_dtype_is_fp8(t->dtype))
+    return fa_fail(INVALID,
+                   "%s.dtype=%s: outputs are not FP8 (use f32, f16 "
+                   "or bf16)",
+                   name, fa_dtype_name(t->dtype));
   view v = {name, t, {n[0], n[1], n[2], n[3]},
             {t->stride_batch, t->stride_seq, t->stride_head, 1}};
   fa_status s = check_strides(&v);
@@ -353,6 +363,12 @@ enum { VIEW_INPUT = 0, VIEW_OUTPUT_GROUP = 1 };
 static fa_status check_view(const fa_problem *p, const view *v, int varlen,
                             int group) {
   const fa_dtype want = group == VIEW_INPUT ? p->dtype : p->dtype_out;
+  if (group != VIEW_INPUT && fa_dtype_is_fp8(v->t->dtype))
+    return fa_fail(INVALID,
+                   "%s.dtype=%s: outputs are not FP8 (FP8 is an "
+                   "input dtype of q, k, v; o, do, dq, dk and dv are f32, "
+                   "f16 or bf16)",
+                   v->name, fa_dtype_name(v->t->dtype));
   if (v->t->data && v->t->dtype != want)
     return fa_fail(INVALID, "%s.dtype=%s does not match the problem's %s "
                    "dtype %s",
@@ -401,7 +417,9 @@ fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
 static void byte_range(const fa_problem *p, const view *v, uintptr_t *lo,
                        uintptr_t *hi) {
   *lo = (uintptr_t)v->t->data;
-  *hi = *lo + (uintptr_t)(view_span(v) + 1) * fa_dtype_size(p->dtype);
+  // Each view in its own dtype: inputs and outputs may differ in size.
+  (void)p;
+  *hi = *lo + (uintptr_t)(view_span(v) + 1) * fa_dtype_size(v->t->dtype);
 }
 
 static fa_status check_disjoint(const fa_problem *p, const view *out,

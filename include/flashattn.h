@@ -85,7 +85,16 @@ FA_API const char *fa_last_error(void);
 typedef enum fa_dtype {
   FA_F32 = 0,  /**< IEEE binary32. */
   FA_F16 = 1,  /**< IEEE binary16. */
-  FA_BF16 = 2  /**< bfloat16 (upper half of a binary32). */
+  FA_BF16 = 2, /**< bfloat16 (upper half of a binary32). */
+  /** OCP FP8 E4M3 (inputs q, k, v only): 1 sign, 4 exponent (bias 7), 3
+   * mantissa bits; subnormals down to 2^-9, largest finite 448; no
+   * infinities, one NaN per sign (S.1111.111). */
+  FA_E4M3 = 3,
+  /** OCP FP8 E5M2 (inputs q, k, v only): 1 sign, 5 exponent (bias 15), 2
+   * mantissa bits, the upper byte of an IEEE binary16: subnormals down to
+   * 2^-16, largest finite 57344, infinities (S.11111.00) and NaNs
+   * (S.11111.01/10/11). */
+  FA_E5M2 = 4
 } fa_dtype;
 
 /**
@@ -100,13 +109,25 @@ typedef enum fa_dtype {
  * kernels that say so (every CPU kernel; fa_explain tells). Accumulation is
  * always fp32.
  *
+ * FP8 (FA_E4M3, FA_E5M2) is an input dtype only: q, k and v may be FP8
+ * (all three, the input dtype being shared), the output dtype is then f32,
+ * f16 or bf16, and an FP8 o, do, dq, dk or dv is refused
+ * (FA_ERR_INVALID_ARGUMENT naming the tensor: outputs are not FP8). LSE is
+ * fp32 as always.
+ *
  * Descales (inputs q, k, v only; outputs must leave descale NULL): each
- * element is decoded exactly and multiplied by its tensor's descale before
- * the attention, so the scores are scale * (dq q).(dk k) and O is the
- * softmax-weighted sum of (dv v). Products are formed in fp32; a decoded
- * value that overflows fp32 after descaling becomes inf and follows the
- * non-finite rules of ::fa_attention. A descale must be finite and > 0.
- * Gradients (fa_backward) are with respect to the decoded inputs.
+ * element is decoded exactly (FP8 and 16-bit values are all exact in fp32)
+ * and multiplied by its tensor's descale in fp32 before the attention, so
+ * the scores are scale * (dq q).(dk k) (before softcap, ALiBi and masks)
+ * and O is the softmax-weighted sum of (dv v): the descale of v applies to
+ * the P.V product, never to the probabilities. A decoded value that
+ * overflows fp32 after descaling becomes inf, one that underflows becomes
+ * 0 or an fp32 subnormal; both then follow the non-finite rules of
+ * ::fa_attention, as does a NaN code (the e4m3 pattern S.1111.111, the
+ * e5m2 S.11111.xx with xx != 0), which reaches exactly the rows that see
+ * it. A descale must be finite and > 0. Gradients (fa_backward) are with
+ * respect to the decoded, descaled inputs (the gradient written to dq is
+ * dL/d(descale_q * q), whatever q's dtype) and stored in the output dtype.
  */
 typedef struct fa_tensor {
   void *data;           /**< First element; in the context's memory space. */
@@ -338,7 +359,8 @@ FA_API int fa_backend_count(void);
 FA_API const char *fa_backend_name(int i);
 
 /**
- * Explain dispatch for problem @p a with inputs (and outputs) in @p dtype:
+ * Explain dispatch for problem @p a with inputs (and outputs) in @p dtype
+ * (FP8 inputs: bf16 outputs):
  * one line per backend compiled in, saying whether it is available here,
  * which of its kernels would run and why each other was skipped, assuming
  * contiguous BSHD tensors on device 0 (a plan made with the real tensors is

@@ -9,7 +9,9 @@
 
 #include "ring_internal.h"
 
-size_t ring_dtype_size(fa_dtype t) { return t == FA_F32 ? 4 : 2; }
+size_t ring_dtype_size(fa_dtype t) {
+  return t == FA_F32 ? 4 : t == FA_E4M3 || t == FA_E5M2 ? 1 : 2; // FP8: 1
+}
 
 int ring_len_q(const fa_attention *g, int b) {
   return g->cu_seqlens_q ? g->cu_seqlens_q[b + 1] - g->cu_seqlens_q[b]

@@ -489,6 +489,8 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
   }
 }
 
+#include "cpu_rows_fp8.h"
+
 /* ---- forward ------------------------------------------------------------ */
 
 typedef struct FA_FN(partials) {
@@ -605,6 +607,9 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   // stream rows; so do tiles with few lanes.
   const int kvt = plan->kv_heads_per_tile, lpk = pk / kvt;
   const int small = nr <= FA_SMALL_LANES || kvt > 1;
+  // FP8 K/V on the small path: read in place, widened in registers.
+  FA_FN(fp8_rows) fr;
+  const int fp8 = FA_FN(fp8_rows_plan)(p, t, args, b, hk, kvt, &fr) && small;
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
@@ -654,6 +659,8 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       if (direct) {
         ldk = args->k.stride_seq;
         ldv = args->v.stride_seq;
+      } else if (fp8) {
+        FA_FN(fp8_rows_block)(p, args, b, hk, col0, nc, &fr);
       } else {
         const size_t esz = fa_dtype_size(p->dtype);
         for (int c = 0; c < nc; c++)
@@ -681,10 +688,13 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       // Lane runs: one per (row, kv head); a single run without kv packing.
       const int runs_per_row = kvt, run_len = kvt > 1 ? lpk : nr;
       const int nruns = kvt > 1 ? ln.npos * runs_per_row : 1;
-      for (int x = 0; x < nruns; x++)
-        FA_FN(scores_rows)(p, t, ws, kh[x % kvt], ldk, nc,
-                           kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
-                           run_len);
+      for (int x = 0; x < nruns; x++) {
+        const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
+        if (fp8)
+          FA_FN(scores_fp8)(p, t, ws, args, &fr, x % kvt, nc, lane0, run_len);
+        else
+          FA_FN(scores_rows)(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
+      }
       FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
       FA_FN(online_softmax)(t, ws, nc);
       for (int r = 0; r < nr; r++)
@@ -693,10 +703,15 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       // O[r][:] += P^T[c][r] V[c][:] over the keys each lane sees (the
       // same rule as the GEMM path's, below, when V holds inf or NaN).
       FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
-      for (int x = 0; x < nruns; x++)
-        FA_FN(gemm_visible)(nc, kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0,
-                            run_len, vlo, vhi, dv, ws + t->s, 1, bq,
-                            vh[x % kvt], ldv, o, t->ldv, 0);
+      for (int x = 0; x < nruns; x++) {
+        const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
+        if (fp8)
+          FA_FN(pv_fp8)(p, t, ws, args, &fr, x % kvt, lane0, run_len, vlo, vhi,
+                        o);
+        else
+          FA_FN(gemm_visible)(nc, lane0, run_len, vlo, vhi, dv, ws + t->s, 1,
+                              bq, vh[x % kvt], ldv, o, t->ldv, 0);
+      }
       continue;
     }
 #if FA_HAVE_DPBF16

@@ -109,9 +109,10 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
   else if (!q->data || !k->data || !v->data || (d_o && !d_o->data))
     why = "a tensor's data is NULL";
   else if (q->dtype != k->dtype || q->dtype != v->dtype ||
-           (d_o && d_o->dtype != q->dtype) ||
-           (q->dtype != FA_F32 && q->dtype != FA_F16 && q->dtype != FA_BF16))
-    why = "tensor dtypes differ or are invalid";
+           !fa_dtype_valid(q->dtype) ||
+           (d_o &&
+            (!fa_dtype_valid(d_o->dtype) || fa_dtype_is_fp8(d_o->dtype))))
+    why = "q, k, v dtypes differ, or a dtype is invalid (or d_o is FP8)";
   else if (a->block_table && a->page_size < 1)
     why = "page_size must be >= 1 with block_table";
   if (why) {
@@ -142,21 +143,75 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
   return 0;
 }
 
+/* An FP8 code's value from the format's definition (OCP 8-bit floating
+   point): e4m3 has bias 7, no infinities and NaN S.1111.111; e5m2 bias 15
+   and IEEE-style infinities and NaNs. Not dtype.h's decoder: the oracle
+   checks it. */
+static double fp8_value(unsigned c, int e5m2) {
+  const int man = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const unsigned e = (c & 0x7fu) >> man, m = c & ((1u << man) - 1u);
+  double v;
+  if (e5m2 && e == 31)
+    v = m ? NAN : INFINITY;
+  else if (!e5m2 && e == 15 && m == 7)
+    v = NAN;
+  else if (e == 0)
+    v = ldexp((double)m, 1 - bias - man);
+  else
+    v = ldexp(1.0 + ldexp((double)m, -man), (int)e - bias);
+  return (c & 0x80u) ? -v : v;
+}
+
+/* Element idx of t, decoded exactly. */
+static double load_d(const fa_tensor *t, int64_t idx) {
+  if (fa_dtype_is_fp8(t->dtype))
+    return fp8_value(((const unsigned char *)t->data)[idx],
+                     t->dtype == FA_E5M2);
+  return fa_load(t->data, t->dtype, idx);
+}
+
+/* The descale of input t for sequence b and kv head hk, as the header
+   defines it: descale[0], or descale[b * heads_kv + hk] per head (a q head
+   h uses hk = h / (heads_q / heads_kv)); 1 without one. */
+static double descale_of(const fa_attention *a, const fa_tensor *t, int b,
+                         int hk) {
+  if (!t->descale) return 1.0;
+  return t->descale[t->descale_per_head ? (int64_t)b * a->heads_kv + hk : 0];
+}
+
+/* n elements of input t from idx, decoded and descaled: exactly in double;
+   in fp32 (the library's arithmetic) for the naive attention. */
+static void load_input_d(const fa_attention *a, const fa_tensor *t, int b,
+                         int hk, int64_t idx, int n, double *dst) {
+  double x = descale_of(a, t, b, hk);
+  // The product is exact in double (a value of at most 11 significant
+  // bits times a float); the header rounds it to fp32 once, so a value
+  // that overflows fp32 is inf and one below its normals is subnormal.
+  for (int c = 0; c < n; c++)
+    dst[c] =
+        x == 1.0 ? load_d(t, idx + c) : (double)(float)(load_d(t, idx + c) * x);
+}
+
+static void load_input_f(const fa_attention *a, const fa_tensor *t, int b,
+                         int hk, int64_t idx, int n, float *dst) {
+  float x = (float)descale_of(a, t, b, hk);
+  fa_load_row(dst, t->data, t->dtype, idx, n);
+  for (int c = 0; c < n; c++) dst[c] *= x;
+}
+
 /* Load key rows 0..sk-1 of kv head h of sequence b into dense [sk][n]. */
 static void load_keys_d(const fa_attention *a, const fa_tensor *t, int b, int h,
                         int sk, int n, double *dst) {
-  for (int j = 0; j < sk; j++) {
-    int64_t off = fa_oracle_k_index(a, t, b, j, h);
-    for (int c = 0; c < n; c++)
-      dst[(size_t)j * n + c] = fa_load(t->data, t->dtype, off + c);
-  }
+  for (int j = 0; j < sk; j++)
+    load_input_d(a, t, b, h, fa_oracle_k_index(a, t, b, j, h), n,
+                 dst + (size_t)j * n);
 }
 
 static void load_keys_f(const fa_attention *a, const fa_tensor *t, int b, int h,
                         int sk, int n, float *dst) {
   for (int j = 0; j < sk; j++)
-    fa_load_row(dst + (size_t)j * n, t->data, t->dtype,
-                fa_oracle_k_index(a, t, b, j, h), n);
+    load_input_f(a, t, b, h, fa_oracle_k_index(a, t, b, j, h), n,
+                 dst + (size_t)j * n);
 }
 
 static size_t o_index(const dims *d, int b, int i, int h, int n) {
@@ -235,9 +290,8 @@ int fa_oracle_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
         int h = kh * d.group + hh;
         double sink = a->sinks ? (double)a->sinks[h] : -INFINITY;
         for (int i = 0; i < sq; i++) {
-          int64_t qo = fa_oracle_q_index(a, &q, b, i, h);
-          for (int c = 0; c < d.D; c++)
-            qrow[c] = fa_load(q.data, q.dtype, qo + c);
+          load_input_d(a, &q, b, kh, fa_oracle_q_index(a, &q, b, i, h), d.D,
+                       qrow);
           // Pass 1: every visible score and the row maximum.
           double m;
           int n = row_scores_d(a, &d, b, h, i, sk, qrow, K, raw, s, vis, &m);
@@ -313,12 +367,10 @@ static int backward_impl(const fa_attention *a, fa_tensor q, fa_tensor k,
         int h = kh * d.group + hh;
         double sink = a->sinks ? (double)a->sinks[h] : -INFINITY;
         for (int i = 0; i < sq; i++) {
-          int64_t qo = fa_oracle_q_index(a, &q, b, i, h);
           int64_t go = fa_oracle_q_index(a, &d_o, b, i, h);
-          for (int c = 0; c < d.D; c++)
-            qrow[c] = fa_load(q.data, q.dtype, qo + c);
-          for (int c = 0; c < d.DV; c++)
-            dorow[c] = fa_load(d_o.data, d_o.dtype, go + c);
+          load_input_d(a, &q, b, kh, fa_oracle_q_index(a, &q, b, i, h), d.D,
+                       qrow);
+          for (int c = 0; c < d.DV; c++) dorow[c] = load_d(&d_o, go + c);
           double m;
           int n = row_scores_d(a, &d, b, h, i, sk, qrow, K, raw, s, vis, &m);
           if (n == 0) continue; // no key: no gradient flows (dq row = 0)
@@ -517,11 +569,16 @@ static void row_output_f(const dims *d, fa_dtype t, int sk,
 
 int fa_naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
                      fa_tensor v, float *o, float *lse) {
+  return fa_naive_forward_out(
+      a, q, k, v, fa_dtype_is_fp8(q.dtype) ? FA_BF16 : q.dtype, o, lse);
+}
+
+int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
+                         fa_tensor v, fa_dtype t, float *o, float *lse) {
   dims d;
   if (check_args(a, &q, &k, &v, NULL, &d)) return -1;
   fbufs f;
   if (fbufs_alloc(&f, &d)) return -1;
-  fa_dtype t = q.dtype;
   if (o) memset(o, 0, sizeof(float) * d.B * d.SQ * d.HQ * d.DV);
   if (lse)
     for (size_t x = 0; x < (size_t)d.B * d.HQ * d.SQ; x++) lse[x] = -INFINITY;
@@ -534,8 +591,8 @@ int fa_naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
       for (int hh = 0; hh < d.group; hh++) {
         int h = kh * d.group + hh;
         for (int i = 0; i < sq; i++) {
-          fa_load_row(f.qrow, q.data, t, fa_oracle_q_index(a, &q, b, i, h),
-                      d.D);
+          load_input_f(a, &q, b, kh, fa_oracle_q_index(a, &q, b, i, h), d.D,
+                       f.qrow);
           float l;
           int n = row_probs_f(a, &d, b, h, i, sk, f.qrow, f.K, f.raw, f.p,
                               f.vis, &l);
@@ -558,7 +615,7 @@ int fa_naive_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
   if (check_args(a, &q, &k, &v, &d_o, &d)) return -1;
   fbufs f;
   if (fbufs_alloc(&f, &d)) return -1;
-  fa_dtype t = q.dtype;
+  fa_dtype t = d_o.dtype; // the output dtype: what P, dS and gradients round to
   if (dq) memset(dq, 0, sizeof(float) * d.B * d.SQ * d.HQ * d.D);
   if (dk) memset(dk, 0, sizeof(float) * d.B * d.SK * d.HKV * d.D);
   if (dv) memset(dv, 0, sizeof(float) * d.B * d.SK * d.HKV * d.DV);
@@ -572,8 +629,8 @@ int fa_naive_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
       for (int hh = 0; hh < d.group; hh++) {
         int h = kh * d.group + hh;
         for (int i = 0; i < sq; i++) {
-          fa_load_row(f.qrow, q.data, t, fa_oracle_q_index(a, &q, b, i, h),
-                      d.D);
+          load_input_f(a, &q, b, kh, fa_oracle_q_index(a, &q, b, i, h), d.D,
+                       f.qrow);
           fa_load_row(f.dorow, d_o.data, t, fa_oracle_q_index(a, &d_o, b, i, h),
                       d.DV);
           float lse;

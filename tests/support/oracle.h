@@ -30,10 +30,11 @@
 extern "C" {
 #endif
 
-/* Forward in float64. Tensors are host memory, any dtype, strided per
-   fa_tensor/fa_attention semantics incl. varlen (cu_seqlens_q/k, batch
-   stride 0), seqused_k, paged KV (block_table, page_size), GQA, causal both
-   alignments, windows, softcap, ALiBi, sinks, scale 0 => 1/sqrt(head_dim),
+/* Forward in float64. Tensors are host memory, any dtype (FP8 decoded
+   from the formats' definitions, descales applied as the header says),
+   strided per fa_tensor/fa_attention semantics incl. varlen (cu_seqlens_q/k,
+   batch stride 0), seqused_k, paged KV (block_table, page_size), GQA, causal
+   both alignments, windows, softcap, ALiBi, sinks, scale 0 => 1/sqrt(head_dim),
    head_dim_v 0 => head_dim. o or lse may be NULL. Returns 0 on success,
    -1 on an argument it cannot interpret (message on stderr). */
 int fa_oracle_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
@@ -77,9 +78,16 @@ int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
    NULL). Returns 0 on success. */
 int fa_naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
                      fa_tensor v, float *o, float *lse);
+/* The same rounding P and O to t, the output dtype, instead of the inputs'
+   (FP8 inputs, or 16-bit inputs with another output dtype: the rule then
+   applies to the decoded inputs in the output's precision).
+   fa_naive_forward uses t = the input dtype (bf16 for FP8 inputs). */
+int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
+                         fa_tensor v, fa_dtype t, float *o, float *lse);
 
 /* Naive same-precision backward, on top of the naive forward above (O is
-   the naive forward's output, already rounded to t):
+   the naive forward's output, already rounded to t, which is d_o's dtype,
+   the output dtype):
      - dV = P_t^T dO accumulated in fp32, rounded to t;
      - dP = dO.v in fp32; D = rowsum(dO * O_t) in fp32;
      - dS = P (dP - D) in fp32, times the softcap derivative, rounded to t;

@@ -29,13 +29,17 @@ double ts_round(fa_dtype t, double x) {
   float f = (float)x;
   if (t == FA_F16) return fa_f16_to_f32(fa_f32_to_f16(f));
   if (t == FA_BF16) return fa_bf16_to_f32(fa_f32_to_bf16(f));
+  if (t == FA_E4M3) return fa_e4m3_to_f32(fa_f32_to_e4m3(f));
+  if (t == FA_E5M2) return fa_e5m2_to_f32(fa_f32_to_e5m2(f));
   return f;
 }
 
 double ts_unit_roundoff(fa_dtype t) {
-  return t == FA_F32   ? ldexp(1.0, -24)
-         : t == FA_F16 ? ldexp(1.0, -11)
-                       : ldexp(1.0, -8);
+  return t == FA_F32    ? ldexp(1.0, -24)
+         : t == FA_F16  ? ldexp(1.0, -11)
+         : t == FA_E4M3 ? ldexp(1.0, -4)
+         : t == FA_E5M2 ? ldexp(1.0, -3)
+                        : ldexp(1.0, -8);
 }
 
 /* ---- layouts ------------------------------------------------------------- */
@@ -148,8 +152,12 @@ int ts_buf_guards_ok(const ts_buf *b, const char *name, FILE *log) {
 
 uint32_t ts_poison_bits(fa_dtype t) {
   // Quiet NaNs with a payload arithmetic never produces (default NaNs are
-  // 0x7fc00000 / 0x7e00 / 0x7fc0).
-  return t == FA_F32 ? 0x7fc5a5a5u : t == FA_F16 ? 0x7e5au : 0x7fdau;
+  // 0x7fc00000 / 0x7e00 / 0x7fc0). FP8 has no room for a payload: its
+  // NaN code 0x7f (both formats); no output holds it (outputs are not FP8).
+  return t == FA_F32    ? 0x7fc5a5a5u
+         : t == FA_F16  ? 0x7e5au
+         : t == FA_BF16 ? 0x7fdau
+                        : 0x7fu;
 }
 
 void ts_poison(void *p, fa_dtype t, size_t n) {
@@ -157,6 +165,8 @@ void ts_poison(void *p, fa_dtype t, size_t n) {
   if (t == FA_F32) {
     uint32_t *d = p;
     for (size_t i = 0; i < n; i++) d[i] = bits;
+  } else if (ts_dtype_size(t) == 1) {
+    memset(p, (int)bits, n);
   } else {
     uint16_t *d = p;
     for (size_t i = 0; i < n; i++) d[i] = (uint16_t)bits;
@@ -169,6 +179,8 @@ int ts_is_poison(const void *p, fa_dtype t, int64_t idx) {
     memcpy(&u, (const uint32_t *)p + idx, 4);
     return u == ts_poison_bits(t);
   }
+  if (ts_dtype_size(t) == 1)
+    return ((const uint8_t *)p)[idx] == (uint8_t)ts_poison_bits(t);
   return ((const uint16_t *)p)[idx] == (uint16_t)ts_poison_bits(t);
 }
 

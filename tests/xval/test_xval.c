@@ -27,6 +27,8 @@
 //       f32:       fixed bounds (forward 1e-5, backward 2e-5);
 //       f16/bf16:  2 x the error of the naive same-precision attention
 //                  (oracle.h) + 1e-3: the FlashAttention rule;
+//       FP8 inputs: the rule of the output dtype on the decoded inputs
+//                  (decoding is exact: only the output precision rounds);
 //   - fwd.plan cases: fa_plan_forward is bit-identical to fa_forward, and
 //     fa_forward is bit-identical run to run.
 // Inputs are N(0,1) (q scaled by qamp), drawn fresh per case from the run's
@@ -173,6 +175,7 @@ enum {
   B_TABLE,
   B_SLOPES,
   B_SINKS,
+  B_DESCALE,
   NBUF
 };
 
@@ -189,6 +192,11 @@ typedef struct xs {
   unsigned char *snap[NBUF]; /* host copies of inputs, guards included */
   xt q, k, v, o, d_o, dq, dk, dv;
 } xs;
+
+/* The output dtype of a case (o, do, dq, dk, dv). */
+static fa_dtype out_dtype(const xcase *c) {
+  return c->out ? (fa_dtype)(c->out - 1) : c->dt;
+}
 
 static size_t alloc_bytes(const ts_buf *b) {
   return b->bytes + 2 * (size_t)TS_GUARD_BYTES;
@@ -226,15 +234,22 @@ static void xt_dev(xt *x) {
 }
 
 /* Random N(0, amp^2) values (rounded to the dtype) in every logical
-   element. */
+   element; divided by the tensor's descale when it has one, so that the
+   decoded input is the N(0, amp^2) value again (up to the rounding). */
 static void fill(xs *s, xt *x, ts_rng *r, double amp) {
+  const int group = x->klike ? 1 : s->a.heads_q / s->a.heads_kv;
   for (int b = 0; b < s->a.batch; b++)
     for (int i = 0; i < rows_of(s, x->klike, b); i++)
       for (int h = 0; h < x->heads; h++) {
         int64_t o = elem_index(s, x, b, i, h);
+        const float *ds = x->t.descale;
+        double inv = !ds ? 1.0
+                     : x->t.descale_per_head
+                         ? 1.0 / ds[b * s->a.heads_kv + h / group]
+                         : 1.0 / ds[0];
         for (int c = 0; c < x->dim; c++)
           ts_store(x->t.data, x->t.dtype, o + c,
-                   (float)(amp * ts_rng_normal(r)));
+                   (float)(amp * ts_rng_normal(r) * inv));
       }
 }
 
@@ -444,7 +459,7 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   }
 
   // Tensors.
-  fa_dtype dt = c->dt;
+  fa_dtype dt = c->dt, dto = out_dtype(c);
   int vq = c->varlen != 0, vk = c->varlen == 1;
   int tq = 0, tk = 0;
   for (int b = 0; b < B; b++) {
@@ -483,9 +498,24 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
                 vk, 1))
       return -1;
   }
-  if (xt_init(&s->o, &s->buf[B_O], dt, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
+  if (xt_init(&s->o, &s->buf[B_O], dto, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
               0))
     return -1;
+  if (c->descale) {
+    // Three arrays (q, k, v): one value each, or one per (sequence, kv
+    // head); not powers of two, so that descaling rounds.
+    const int n = c->descale == 2 ? B * c->hkv : 1;
+    if (ts_buf_alloc(&s->buf[B_DESCALE], sizeof(float) * 3 * (size_t)n))
+      return -1;
+    float *ds = (float *)s->buf[B_DESCALE].host;
+    for (int i = 0; i < 3 * n; i++)
+      ds[i] = (float)(1.37 * ldexp(1.0, ts_rng_int(&sr, -6, 2)));
+    xt *in[3] = {&s->q, &s->k, &s->v};
+    for (int i = 0; i < 3; i++) {
+      in[i]->t.descale = ds + i * n;
+      in[i]->t.descale_per_head = c->descale == 2;
+    }
+  }
   if (c->gen) {
     fill_edge(s, &s->q, &dr, c->gen, 0);
     fill_edge(s, &s->k, &dr, c->gen, 1);
@@ -496,13 +526,13 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
     fill(s, &s->v, &dr, 1.0);
   }
   if (c->bwd) {
-    if (xt_init(&s->d_o, &s->buf[B_DO], dt, ol, qnb, qns, c->hq, c->dv, c->pad,
+    if (xt_init(&s->d_o, &s->buf[B_DO], dto, ol, qnb, qns, c->hq, c->dv, c->pad,
                 vq, 0) ||
-        xt_init(&s->dq, &s->buf[B_DQ], dt, ol, qnb, qns, c->hq, c->d, c->pad,
+        xt_init(&s->dq, &s->buf[B_DQ], dto, ol, qnb, qns, c->hq, c->d, c->pad,
                 vq, 0) ||
-        xt_init(&s->dk, &s->buf[B_DK], dt, kl, knb, kns, c->hkv, c->d, c->pad,
+        xt_init(&s->dk, &s->buf[B_DK], dto, kl, knb, kns, c->hkv, c->d, c->pad,
                 vk, 1) ||
-        xt_init(&s->dv, &s->buf[B_DV], dt, kl, knb, kns, c->hkv, c->dv, c->pad,
+        xt_init(&s->dv, &s->buf[B_DV], dto, kl, knb, kns, c->hkv, c->dv, c->pad,
                 vk, 1))
       return -1;
     fill(s, &s->d_o, &dr, 1.0);
@@ -531,6 +561,11 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   xt *all[] = {&s->q, &s->k, &s->v, &s->o, &s->d_o, &s->dq, &s->dk, &s->dv};
   for (int i = 0; i < 8; i++)
     if (all[i]->buf) xt_dev(all[i]);
+  if (c->descale) // the descales in the context's memory too
+    for (int i = 0; i < 3; i++)
+      all[i]->d.descale =
+          (const float *)ts_buf_dev(&s->buf[B_DESCALE]) +
+          (all[i]->t.descale - (const float *)s->buf[B_DESCALE].host);
   return 0;
 }
 
@@ -552,7 +587,8 @@ static const char *buf_name(int id) {
                                 "seqused_k",
                                 "block_table",
                                 "alibi_slopes",
-                                "sinks"};
+                                "sinks",
+                                "descales"};
   return n[id];
 }
 
@@ -560,7 +596,7 @@ static const char *buf_name(int id) {
 static int poison_upload(xs *s, const int *ids, int n) {
   for (int i = 0; i < n; i++) {
     ts_buf *b = &s->buf[ids[i]];
-    fa_dtype t = ids[i] == B_LSE ? FA_F32 : s->c->dt;
+    fa_dtype t = ids[i] == B_LSE ? FA_F32 : out_dtype(s->c);
     ts_poison(b->host, t, b->bytes / ts_dtype_size(t));
     if (ts_buf_upload(s->ctx, b)) return -1;
   }
@@ -729,7 +765,7 @@ static void check_untouched(xs *s, const int *ids, int n, msgbuf *m) {
   for (int k = 0; k < n; k++) {
     ts_buf *b = &s->buf[ids[k]];
     if (ts_buf_download(s->ctx, b)) continue;
-    fa_dtype t = ids[k] == B_LSE ? FA_F32 : s->c->dt;
+    fa_dtype t = ids[k] == B_LSE ? FA_F32 : out_dtype(s->c);
     size_t cnt = b->bytes / ts_dtype_size(t);
     for (size_t i = 0; i < cnt; i++)
       if (!ts_is_poison(b->host, t, (int64_t)i)) {
@@ -752,7 +788,7 @@ typedef struct xrun {
 
 static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
   static const char *cz[3] = {"0", "br", "tl"};
-  char lay[32], thr[64] = "";
+  char lay[32], thr[128] = "";
   int tn = 0;
   if (c->threads)
     tn += snprintf(thr + tn, sizeof thr - tn, " threads=%d", c->threads);
@@ -766,6 +802,12 @@ static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
     tn += snprintf(thr + tn, sizeof thr - tn, " gen=%s%s", gz[c->gen],
                    c->expect == XV_EXPECT_ELEMENTWISE ? " elementwise" : "");
   }
+  if (c->out)
+    tn += snprintf(thr + tn, sizeof thr - tn, " out=%s",
+                   ts_dtype_name(out_dtype(c)));
+  if (c->descale)
+    tn += snprintf(thr + tn, sizeof thr - tn, " descale=%s",
+                   c->descale == 2 ? "per-head" : "one");
   if (c->layout == XV_LAYOUT_PACKED)
     snprintf(lay, sizeof lay, "qkvpacked");
   else if (c->mixed)
@@ -849,8 +891,8 @@ static int check_elementwise(xs *s, const double *oref, const double *lref,
   } else {
     // fz_compare's leak_ok bit 1: a NaN where the oracle's O is finite.
     const int leak = c->gen == XV_GEN_NAN_V && tile_kernel(s) ? 1 : 0;
-    size_t bad =
-        fz_compare("o", c->dt, oref, ogot, otol, no, leak, stdout, NULL, NULL);
+    size_t bad = fz_compare("o", out_dtype(c), oref, ogot, otol, no, leak,
+                            stdout, NULL, NULL);
     if (bad) msg(m, "o: %zu elements outside the fz_tol.h bounds", bad);
     if (!c->no_lse) {
       extract_lse(s, lgot);
@@ -889,12 +931,15 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   }
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
   const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
-  if (c->dt != FA_F32 && !elementwise) {
-    fa_naive_forward(a, s->q.t, s->k.t, s->v.t, onv, lnv);
+  // The rule is the output precision's (for 16-bit problems the inputs'):
+  // FP8 inputs are decoded exactly, so only the output rounds.
+  const fa_dtype rule = out_dtype(c);
+  if (rule != FA_F32 && !elementwise) {
+    fa_naive_forward_out(a, s->q.t, s->k.t, s->v.t, rule, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
     nmerr = ts_max_err_f(oref, onv, no);
     nlerr = ts_lse_err_f(lref, lnv, nl);
-    if (!naive_sane(c->dt, nerr))
+    if (!naive_sane(rule, nerr))
       msg(m,
           "harness: the naive same-precision attention disagrees with the "
           "oracle (err %.3e): the references do not agree on semantics",
@@ -925,11 +970,11 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     rc = check_elementwise(s, oref, lref, ogot, lgot, res, rn, m);
     goto done;
   }
-  double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(c->dt, nerr);
-  double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(c->dt, nmerr);
+  double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(rule, nerr);
+  double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(rule, nmerr);
   check_err("o (relative Frobenius)", err, bound, m);
   check_err("o (max abs / max |ref|)", merr, mbound, m);
-  double lerr = 0.0, lbound = lse_bound(c->dt, nlerr);
+  double lerr = 0.0, lbound = lse_bound(rule, nlerr);
   if (!c->no_lse) {
     extract_lse(s, lgot);
     check_finite(lref, lgot, nl, "lse", m);
@@ -944,7 +989,7 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
 
   int n = snprintf(res, rn, "err=%.2e max=%.2e bound=%.2e/%.2e", err, merr,
                    bound, mbound);
-  if (c->dt != FA_F32 && n > 0 && (size_t)n < rn)
+  if (rule != FA_F32 && n > 0 && (size_t)n < rn)
     n += snprintf(res + n, rn - (size_t)n, " (naive %.2e/%.2e)", nerr, nmerr);
   if (!c->no_lse && n > 0 && (size_t)n < rn)
     n += snprintf(res + n, rn - (size_t)n, " lse_err=%.2e", lerr);
@@ -1039,8 +1084,8 @@ static int check_bwd_elementwise(xs *s, double *const ref[3],
   } else {
     for (int i = 0; i < 3; i++) {
       check_finite(ref[i], got[i], cnt[i], names[i], m);
-      size_t bad = fz_compare(names[i], c->dt, ref[i], got[i], tol[i], cnt[i],
-                              0, stdout, NULL, NULL);
+      size_t bad = fz_compare(names[i], out_dtype(c), ref[i], got[i], tol[i],
+                              cnt[i], 0, stdout, NULL, NULL);
       if (bad)
         msg(m, "%s: %zu elements outside the fz_tol.h bounds", names[i], bad);
     }
@@ -1145,15 +1190,15 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     // Normalised by the gradient magnitudes (see bwd_bound()).
     err[i] = ts_scaled_err(ref[i], got[i], mag[i], cnt[i]);
     merr[i] = ts_scaled_max_err(ref[i], got[i], mag[i], cnt[i]);
-    mbound[i] =
-        bwd_bound(c->dt, ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
+    mbound[i] = bwd_bound(out_dtype(c),
+                          ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
     double ne = ts_scaled_err_f(ref[i], nv_[i], mag[i], cnt[i]);
-    if (!naive_sane(c->dt, ne))
+    if (!naive_sane(out_dtype(c), ne))
       msg(m,
           "harness: naive same-precision %s disagrees with the oracle "
           "(err %.3e): the references do not agree on semantics",
           names[i], ne);
-    bound[i] = bwd_bound(c->dt, ne);
+    bound[i] = bwd_bound(out_dtype(c), ne);
     char what[64];
     snprintf(what, sizeof what, "%s (||err|| / ||magnitude||)", names[i]);
     check_err(what, err[i], bound[i], m);

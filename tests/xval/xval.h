@@ -60,6 +60,11 @@ typedef struct xcase {
                        by this much (varlen, seqused_k) */
   float qamp;       /* q ~ N(0, qamp^2); 0 means 1. Large: sharp softmax */
   int plan;         /* also check fa_plan_forward bits and determinism */
+  int out;          /* 0: o, do and the gradients in dt; else 1 + their
+                       dtype (FP8 inputs need one: outputs are not FP8) */
+  int descale;      /* descales on q, k, v: 0 none, 1 one value each, 2 per
+                       (sequence, kv head); the data is stored divided by
+                       them, so the decoded inputs stay ~N(0, 1) */
   int threads;      /* fa_context_set_threads for this case (CPU); 0 = the
                        default. Decode cases use 8 so the planner sees more
                        workers than work items and splits the keys

@@ -10,6 +10,7 @@
 
 #include "tensor.h"
 #include "xval.h"
+#include "xval_groups.h"
 
 #define BR FA_CAUSAL_BOTTOM_RIGHT
 #define TL FA_CAUSAL_TOP_LEFT
@@ -20,7 +21,8 @@ const char *const xv_groups[] = {
     "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
     "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
     "bwd.paged",  "bwd.layout",   "fwd.tensor-core", "bwd.tensor-core",
-    "fwd.edge",   "bwd.edge",     NULL};
+    "fwd.edge",   "bwd.edge",     "fwd.fp8",    "fwd.fp8-decode",
+    "bwd.fp8",    NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -35,15 +37,14 @@ xcase xv_default(void) {
   return c;
 }
 
-typedef struct list {
-  xcase *out;
-  int n, max;
-} list;
+typedef xv_list list;
 
-static void add(list *l, xcase c) {
+void xv_add(list *l, xcase c) {
   if (l->n < l->max) l->out[l->n] = c;
   l->n++;
 }
+
+static void add(list *l, xcase c) { xv_add(l, c); }
 
 static const fa_dtype dtypes[3] = {FA_F32, FA_F16, FA_BF16};
 static fa_dtype low(int i) { return i % 2 ? FA_BF16 : FA_F16; }
@@ -764,7 +765,10 @@ int xv_group_cases(const char *name, xcase *out, int max) {
                {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout},
                {"fwd.tensor-core", fwd_tensor_core},
                {"bwd.tensor-core", bwd_tensor_core},
-               {"fwd.edge", fwd_edge},       {"bwd.edge", bwd_edge}};
+               {"fwd.edge", fwd_edge},       {"bwd.edge", bwd_edge},
+               {"fwd.fp8", xv_fwd_fp8},
+               {"fwd.fp8-decode", xv_fwd_fp8_decode},
+               {"bwd.fp8", xv_bwd_fp8}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].name, name) == 0) {
       list l = {out, 0, max};

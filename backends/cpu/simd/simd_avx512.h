@@ -49,7 +49,57 @@ static inline fa_vf vf_widen(const uint16_t *p, int f16) {
   return f16 ? _mm512_cvtph_ps(h)
              : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* FA_VW FP8 codes decoded and multiplied by x (for e4m3: 256 times the
+   factor), through binary16, as in simd_avx2.h. */
+static inline fa_vf vf_fp8_scaled(const uint8_t *p, int e5m2, fa_vf x) {
+  __m128i b = _mm_loadu_si128((const __m128i *)p);
+  if (e5m2)
+    return _mm512_mul_ps(
+        _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)), x);
+  __m256i w = _mm256_cvtepi8_epi16(b); // sign in bits 7..15
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7),
+                               _mm256_set1_epi16((short)0xbf80));
+  fa_vf f = _mm512_mul_ps(_mm512_cvtph_ps(h), x);
+  __mmask16 nan = _mm256_cmpeq_epi16_mask(
+      _mm256_and_si256(w, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+  return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(NAN));
+}
 static inline float vf_hsum(fa_vf v) { return _mm512_reduce_add_ps(v); }
+/* e4m3 codes decoded and multiplied by x (256 times the factor), NaN codes
+   not set apart (they read as 480 x / 256): for rows known to hold none
+   (vf_e4m3_any_nan). */
+static inline fa_vf vf_e4m3_scaled_raw(const uint8_t *p, fa_vf x) {
+  __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+  __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7),
+                               _mm256_set1_epi16((short)0xbf80));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), x);
+}
+/* 1 if some of the n (a multiple of FA_VW) e4m3 codes at p is NaN. */
+static inline int vf_e4m3_any_nan(const uint8_t *p, int n) {
+  const __m512i lo7 = _mm512_set1_epi8(0x7f);
+  __mmask64 any = 0;
+  int i = 0;
+  for (; i + 64 <= n; i += 64)
+    any |= _mm512_cmpeq_epi8_mask(
+        _mm512_and_si512(_mm512_loadu_si512((const void *)(p + i)), lo7), lo7);
+  if (i < n) {
+    __mmask64 part = ((__mmask64)1 << (n - i)) - 1;
+    any |= _mm512_mask_cmpeq_epi8_mask(
+        part, _mm512_and_si512(_mm512_maskz_loadu_epi8(part, p + i), lo7), lo7);
+  }
+  return any != 0;
+}
+/* The four sums of a[0..3] at once (halves added, then pairwise adds). */
+static inline void vf_hsum4(const fa_vf *a, float *out) {
+  __m256 h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = _mm256_add_ps(_mm512_castps512_ps256(a[i]),
+                         _mm512_extractf32x8_ps(a[i], 1));
+  __m256 s =
+      _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+  _mm_storeu_ps(
+      out, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+}
 
 #include "simd_common.h"
 #endif

@@ -40,7 +40,25 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : 
 static inline fa_vf vf_widen(const uint16_t *p, int f16) {
   return f16 ? fa_f16_to_f32(*p) : fa_bf16_to_f32(*p);
 }
+/* FA_VW FP8 codes decoded and multiplied by x (for e4m3: 256 times the
+   factor): the vector ISAs' binary16 route, in C. */
+static inline fa_vf vf_fp8_scaled(const uint8_t *p, int e5m2, fa_vf x) {
+  return fa_fp8_scaled_f32(*p, e5m2, x);
+}
 static inline float vf_hsum(fa_vf v) { return v; }
+/* e4m3 decoded times x (256 times the factor); NaN codes not set apart. */
+static inline fa_vf vf_e4m3_scaled_raw(const uint8_t *p, fa_vf x) {
+  const unsigned c = *p;
+  return fa_f16_to_f32((uint16_t)(((c & 0x80u) << 8) | ((c & 0x7fu) << 7))) * x;
+}
+static inline int vf_e4m3_any_nan(const uint8_t *p, int n) {
+  int hit = 0;
+  for (int i = 0; i < n; i++) hit |= (p[i] & 0x7f) == 0x7f;
+  return hit;
+}
+static inline void vf_hsum4(const fa_vf *a, float *out) {
+  for (int i = 0; i < 4; i++) out[i] = a[i];
+}
 
 #include "simd_common.h"
 #endif

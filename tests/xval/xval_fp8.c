@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+// The FP8 groups: e4m3 and e5m2 inputs with and without descales, every
+// output dtype, through the forward (both tile paths), decode over an FP8
+// KV cache (paged, split-KV) and the backward. Each case names its output
+// dtype (out = 1 + dtype) and its descales; the data is N(0, 1) divided by
+// the descale before encoding, so codes span the format's range.
+#include "tensor.h"
+#include "xval.h"
+#include "xval_groups.h"
+
+#define BR FA_CAUSAL_BOTTOM_RIGHT
+#define TL FA_CAUSAL_TOP_LEFT
+#define OUT(t) ((t) + 1)
+
+void xv_fwd_fp8(xv_list *l) {
+  xcase c;
+#define F(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.dt = FA_E4M3;                                                            \
+    c.out = OUT(FA_F32);                                                       \
+    __VA_ARGS__;                                                               \
+    xv_add(l, c);                                                              \
+  } while (0)
+  F();
+  F(c.out = OUT(FA_BF16); c.descale = 1; c.causal = BR; c.hq = 4);
+  F(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.descale = 2; c.sq = 65; c.sk = 97;
+    c.hq = 4; c.wl = 16; c.wr = 4);
+  F(c.dt = FA_E5M2; c.descale = 1; c.b = 4; c.varlen = 1; c.seqused = 1;
+    c.causal = BR);
+  F(c.out = OUT(FA_F16); c.descale = 2; c.hq = 4; c.cap = 4.0f; c.alibi = 1;
+    c.sinks = 1);
+  F(c.out = OUT(FA_BF16); c.layout = TS_BHSD; c.mixed = 1; c.pad = 3);
+  F(c.b = 1; c.sq = 200; c.sk = 300; c.d = c.dv = 128; c.causal = BR;
+    c.descale = 1);
+  F(c.dt = FA_E5M2; c.out = OUT(FA_BF16); c.layout = XV_LAYOUT_PACKED;
+    c.hkv = 1; c.hq = 2; c.descale = 1);
+  F(c.d = 80; c.dv = 48; c.descale = 2; c.hq = 4; c.hkv = 1); // odd tails
+  F(c.dt = FA_E5M2; c.d = 33; c.dv = 17; c.sq = 17; c.sk = 129);
+  F(c.dt = FA_E5M2; c.qamp = 8.0f; c.sk = 300; c.descale = 1); // sharp
+  F(c.out = OUT(FA_BF16); c.plan = 1; c.sq = 65; c.sk = 97; c.descale = 2;
+    c.hq = 4);
+#undef F
+}
+
+/* Decode over an FP8 KV cache: one query row (or a few, speculative) per
+   sequence, GQA heads packed, keys split across 8 workers. */
+void xv_fwd_fp8_decode(xv_list *l) {
+  xcase c;
+#define D(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.dt = FA_E4M3;                                                            \
+    c.out = OUT(FA_BF16);                                                      \
+    c.threads = 8;                                                             \
+    c.sq = 1;                                                                  \
+    c.b = 3;                                                                   \
+    c.hq = 8;                                                                  \
+    c.hkv = 2;                                                                 \
+    c.page = 16;                                                               \
+    c.seqused = 1;                                                             \
+    c.descale = 2;                                                             \
+    __VA_ARGS__;                                                               \
+    xv_add(l, c);                                                              \
+  } while (0)
+  D(c.sk = 1000);
+  D(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.page = 3; c.sk = 777; c.descale = 1);
+  D(c.out = OUT(FA_F32); c.page = 1; c.d = c.dv = 128; c.hkv = 1; c.sk = 500);
+  D(c.b = 1; c.page = 0; c.seqused = 0; c.sk = 2048; c.d = c.dv = 128);
+  D(c.dt = FA_E5M2; c.out = OUT(FA_F32); c.sq = 4; c.sk = 900; c.causal = BR);
+  D(c.out = OUT(FA_F16); c.sk = 600; c.sinks = 1; c.alibi = 1; c.wl = 128;
+    c.causal = BR);
+  D(c.b = 2; c.hq = 32; c.hkv = 8; c.d = c.dv = 128; c.sk = 333; c.page = 64);
+  D(c.plan = 1; c.sk = 1000; c.page = 7);
+  D(c.dt = FA_E5M2; c.out = OUT(FA_BF16); c.b = 1; c.hq = 4; c.hkv = 1;
+    c.sk = 1500; c.qamp = 8.0f; c.descale = 0);
+  // Head dims that are whole vectors on some ISAs only (36: NEON's 4; 40:
+  // AVX2's 8), or on none (33): the tile path reads those rows.
+  D(c.d = c.dv = 36; c.sk = 700);
+  D(c.dt = FA_E5M2; c.d = c.dv = 40; c.sk = 700; c.page = 5);
+  D(c.d = 33; c.dv = 17; c.sk = 400; c.out = OUT(FA_F32));
+#undef D
+}
+
+void xv_bwd_fp8(xv_list *l) {
+  xcase c;
+#define B(...)                                                                 \
+  do {                                                                         \
+    c = xv_default();                                                          \
+    c.bwd = 1;                                                                 \
+    c.dt = FA_E4M3;                                                            \
+    c.out = OUT(FA_F32);                                                       \
+    c.sq = 40;                                                                 \
+    c.sk = 56;                                                                 \
+    c.d = c.dv = 32;                                                           \
+    c.descale = 1;                                                             \
+    __VA_ARGS__;                                                               \
+    xv_add(l, c);                                                              \
+  } while (0)
+  B();
+  B(c.out = OUT(FA_BF16); c.causal = BR; c.hq = 4; c.descale = 2);
+  B(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.page = 7; c.seqused = 1; c.b = 3;
+    c.sq = 17; c.sk = 70);
+  B(c.dt = FA_E5M2; c.b = 4; c.varlen = 1; c.causal = BR; c.descale = 0);
+  B(c.d = c.dv = 64; c.sq = 130; c.sk = 70; c.wl = 20; c.wr = 20; c.cap = 4.0f;
+    c.descale = 2; c.hq = 4);
+  B(c.out = OUT(FA_BF16); c.d = 40; c.dv = 24; c.hq = 4; c.hkv = 1;
+    c.sinks = 1);
+#undef B
+}
