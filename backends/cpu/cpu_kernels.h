@@ -206,6 +206,17 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
 #if FA_HAVE_DPBF16
 #include "cpu_kernels_bf16.h"
 #endif
+/* The bf16 tile-product step (scores, then P.V) and the key rounding its
+   tiles need: vdpbf16ps by default, or the header the ISA names. */
+#ifdef FA_TILE_STEP_HEADER
+#include FA_TILE_STEP_HEADER
+#endif
+#ifndef FA_TILE_KEYS
+#define FA_TILE_KEYS 1
+#endif
+#ifndef FA_TILE_STEP_END
+#define FA_TILE_STEP_END() ((void)0)
+#endif
 
 /* ---- tiles ------------------------------------------------------------ */
 
@@ -238,6 +249,9 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   t.bk = plan->block_k;
   t.ld = plan->head_dim_pad;
   t.ldv = plan->head_dim_v_pad;
+  // K, V, S and P tiles hold the block's keys rounded up to whole tiles.
+  const size_t bka = ((size_t)t.bk + FA_TILE_KEYS - 1) / FA_TILE_KEYS *
+                     FA_TILE_KEYS;
   size_t at = 0;
   // 16-float granules keep every tile 64-byte aligned.
 #define FA_TAKE(field, n)                                                      \
@@ -246,9 +260,9 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     at += ((size_t)(n) + 15) / 16 * 16;                                        \
   } while (0)
   FA_TAKE(qt, (size_t)t.ld * t.bq);
-  FA_TAKE(k, kvt * t.bk * t.ld);
-  FA_TAKE(v, kvt * t.bk * t.ldv);
-  FA_TAKE(s, (size_t)t.bk * t.bq);
+  FA_TAKE(k, kvt * bka * t.ld);
+  FA_TAKE(v, kvt * bka * t.ldv);
+  FA_TAKE(s, bka * t.bq);
   FA_TAKE(m, t.bq);
   FA_TAKE(l, t.bq);
   FA_TAKE(mu, t.bq);
@@ -270,7 +284,7 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     // time from any lane).
     FA_TAKE(qr, (size_t)(t.bq + 3) * t.ld);
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
-    FA_TAKE(p2, (size_t)(t.bk + 1) / 2 * t.bq); // bf16 path: P in pairs
+    FA_TAKE(p2, (bka + 1) / 2 * t.bq); // bf16 path: P in pairs
     t.kt = t.vt = 0;
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
@@ -569,7 +583,8 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
 // NOLINTNEXTLINE(readability-function-size): to be split (issue 13)
 static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                             const fa_fwd_args *args, const FA_FN(tiles) * t,
-                            float *ws, int64_t w, FA_FN(partials) * part) {
+                            float *ws, int64_t w, FA_FN(partials) * part,
+                            const void *kvpack) {
   int b, h0, qb, split;
   fa_plan_work_item(p, plan, w, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
@@ -608,7 +623,8 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
-  const int dot_bf16 = p->dtype == FA_BF16 && !small && !p->descaled;
+  const FA_FN(kvpack) *kv = kvpack;
+  const int dot_bf16 = p->dtype == FA_BF16 && !small && kv->items;
   const int dpairs = (p->a.head_dim + 1) / 2;
   const int ldk2 = (t->ld + 1) / 2, ldv2 = t->ldv; // pitches in pairs
   if (dot_bf16) {
@@ -701,31 +717,14 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     }
 #if FA_HAVE_DPBF16
     if (dot_bf16) {
-      // K rows as stored (pairs along d, zero padded); V rows paired two
-      // keys at a time; P paired the same way after the softmax.
-      uint32_t *k2 = (uint32_t *)(ws + t->k), *v2 = (uint32_t *)(ws + t->v);
-      for (int c = 0; c < nc; c++) {
-        uint16_t *kr = (uint16_t *)(k2 + (size_t)c * ldk2);
-        kr[2 * dpairs - 1] = 0;
-        memcpy(kr,
-               (const uint16_t *)args->k.data +
-                   fa_k_offset(p, &args->k, b, col0 + c, hk),
-               sizeof(uint16_t) * (size_t)p->a.head_dim);
-      }
+      // K and V as packed for the call (rows col0.. of this kv head); P
+      // paired along keys after the softmax.
+      const size_t bh = (size_t)b * p->a.heads_kv + hk;
+      const uint32_t *k2 = kv->k + (bh * kv->rows + col0) * ldk2,
+                     *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
       const uint16_t *vb = (const uint16_t *)args->v.data;
-      for (int e = 0; e < (nc + 1) / 2; e++)
-        FA_FN(pair_rows)(v2 + (size_t)e * ldv2,
-                         vb + fa_k_offset(p, &args->v, b, col0 + 2 * e, hk),
-                         2 * e + 1 < nc ? vb + fa_k_offset(p, &args->v, b,
-                                                           col0 + 2 * e + 1,
-                                                           hk)
-                                        : NULL,
-                         dv);
-      FA_FN(gemm_bf16)(nc, bq, dpairs, k2, ldk2, 1, (uint32_t *)(ws + t->qt),
-                       bq, ws + t->s, bq, 0);
-      const fa_vf sc = vf_set1(p->a.scale);
-      for (size_t x = 0; x < (size_t)nc * bq; x += FA_VW)
-        vf_store(ws + t->s + x, vf_mul(vf_load(ws + t->s + x), sc));
+      FA_FN(bf16_scores)(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt),
+                         ws + t->s, p->a.scale);
       FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
       FA_FN(online_softmax)(t, ws, nc);
       for (int r = 0; r < nr; r++)
@@ -749,10 +748,8 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
           continue;
         }
       }
-      uint32_t *p2 = (uint32_t *)(ws + t->p2);
-      FA_FN(pack_p_bf16)(p2, ws + t->s, bq, nc);
-      FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, t->ldv,
-                       1);
+      FA_FN(bf16_pv)(nr, dv, nc, bq, ws + t->s, (uint32_t *)(ws + t->p2), v2,
+                     ldv2, (uint32_t *)(ws + t->v), o, t->ldv);
       continue;
     }
 #endif
@@ -861,9 +858,23 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
   size_t po_floats = splits > 1 ? (size_t)nwork * plan->block_q * dv : 0;
   size_t acc_pitch = ((size_t)dv + 15) / 16 * 16;
   size_t merge_floats = splits > 1 ? (size_t)nt * acc_pitch : 0;
-  float *ws = fa_cpu_workspace(st, sizeof(float) * (t.total * nt + ml_floats +
-                                                    po_floats + merge_floats));
+  size_t kv_floats = 0;
+#if FA_HAVE_DPBF16
+  FA_FN(kvpack) kv;
+  kv_floats = FA_FN(kvpack_plan)(p, plan, FA_SMALL_LANES, &kv);
+#else
+  const void *const kvp = NULL; // (no bf16 products here)
+#endif
+  float *ws = fa_cpu_workspace(
+      st, sizeof(float) * (t.total * nt + ml_floats + po_floats +
+                           merge_floats + kv_floats));
   if (!ws) return FA_ERR_OUT_OF_MEMORY;
+#if FA_HAVE_DPBF16
+  kv.k = (uint32_t *)(ws + t.total * nt + ml_floats + po_floats +
+                      merge_floats);
+  kv.v = kv.k + (size_t)p->a.batch * p->a.heads_kv * kv.rows * kv.ldk2;
+  const void *const kvp = &kv;
+#endif
   FA_FN(partials) part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
   float *merge_acc = part.o + po_floats;
 
@@ -871,9 +882,16 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
   {
     const int tid = FA_FN(thread_id)();
     float *mine = ws + t.total * (size_t)tid;
+#if FA_HAVE_DPBF16
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < kv.items; i++)
+      FA_FN(kvpack_item)(p, plan, args, &kv, i);
+    // (implicit barrier: K and V are packed)
+#endif
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < nwork; w++)
-      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part);
+      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part, kvp);
+    FA_TILE_STEP_END(); // the thread's tiles are free again
     if (splits > 1) {
       float *acc = merge_acc + acc_pitch * (size_t)tid;
 #pragma omp for schedule(dynamic, 1)
