@@ -601,9 +601,6 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
 
-  // The K tile doubles as the row buffer of the transposing load.
-  FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
-                           p->a.head_dim, p->a.scale);
   for (int r = 0; r < bq; r++) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
@@ -641,7 +638,14 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         qt2[(size_t)e * bq + r] = row[2 * e] | (uint32_t)row[2 * e + 1] << 16;
     }
   }
+#else
+  const int dot_bf16 = 0;
 #endif
+  // fp32 Q^T otherwise (the K tile doubles as the transposing load's row
+  // buffer).
+  if (!dot_bf16)
+    FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
+                             p->a.head_dim, p->a.scale);
   if (small) { // row-major scaled q rows for the dot products
     float *qr = ws + t->qr;
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
