@@ -726,7 +726,6 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       const size_t bh = (size_t)b * p->a.heads_kv + hk;
       const uint32_t *k2 = kv->k + (bh * kv->rows + col0) * ldk2,
                      *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
-      const uint16_t *vb = (const uint16_t *)args->v.data;
       FA_FN(bf16_scores)(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt),
                          ws + t->s, p->a.scale);
       FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
@@ -737,11 +736,15 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) {
         // As in the fp32 path: V with inf or NaN meets masked P = 0 only
         // through visible pairs (fp32 V rows, over the pairs: not needed).
-        uint16_t bad = 0;
-        for (int c = 0; c < nc; c++) {
-          const uint16_t *vr = vb + fa_k_offset(p, &args->v, b, col0 + c, hk);
-          for (int d = 0; d < dv; d++)
-            bad |= (uint16_t)((vr[d] & 0x7f80u) == 0x7f80u);
+        // Scanned in the pack, whose pair rows are contiguous.
+        uint32_t bad = 0;
+        for (int e = 0; e < (nc + 1) / 2; e++) {
+          const uint32_t *vr = v2 + (size_t)e * ldv2;
+          for (int d = 0; d < dv; d++) {
+            const uint32_t x = vr[d] & 0x7f807f80u; // both exponents
+            bad |= (uint32_t)((x & 0xffffu) == 0x7f80u) |
+                   (uint32_t)((x >> 16) == 0x7f80u);
+          }
         }
         if (bad) {
           FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
