@@ -533,13 +533,16 @@ static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
   return inv;
 }
 
+/* o_row is scaled in place, then stored as one row: that conversion loop
+   vectorises, an element-wise store testing the dtype each time did not
+   (7% of a bf16 forward at d = 128). */
 static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
-                             int b, int h, int i, const float *o_row,
-                             float scale_o, float lse) {
+                             int b, int h, int i, float *o_row, float scale_o,
+                             float lse) {
   const fa_tensor *o = &args->o;
-  int64_t off = fa_q_offset(p, o, b, i, h);
-  for (int d = 0; d < p->a.head_dim_v; d++)
-    fa_store(o->data, o->dtype, off + d, o_row[d] * scale_o);
+  const int dv = p->a.head_dim_v;
+  for (int d = 0; d < dv; d++) o_row[d] *= scale_o;
+  fa_store_row(o->data, o->dtype, fa_q_offset(p, o, b, i, h), o_row, dv);
   if (args->lse)
     args->lse[((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i] = lse;
 }
