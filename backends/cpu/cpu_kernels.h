@@ -203,19 +203,44 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
   }
 }
 
+/* The online-softmax step on S^T ([keys][lanes], pitch bq), column by
+   column of FA_VW lanes: column_ref gives lanes [r, r + FA_VW) their new
+   maximum over keys [0, nc) (*mx, from the running maxima m) and the
+   reference the exps subtract; after the exps, column_done folds their sum
+   into l and leaves m and the rescale factor alpha (in mu). online_softmax
+   below, and a tile step that packs P as it exponentiates, are these two
+   around an exp pass. */
+static fa_vf FA_FN(column_ref)(const float *s, int bq, const float *m, int nc,
+                               int r, fa_vf *mx) {
+  // Four independent maxima: the NaN-sticky max is a longer dependency
+  // chain than a bare maxps, and nc of them in a row would show.
+  const fa_vf m_old = vf_load(m + r);
+  fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
+  int c = 0;
+  for (; c + 4 <= nc; c += 4) {
+    const float *sc = s + (size_t)c * bq + r;
+    x0 = vf_max(x0, vf_load(sc));
+    x1 = vf_max(x1, vf_load(sc + bq));
+    x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
+    x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
+  }
+  for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
+  *mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
+  // A row that has seen no key keeps m = -inf; exp against 0 then gives
+  // P = 0 and alpha = 0 on an O that is still 0.
+  return vf_neginf_to_zero(*mx);
+}
+
+static void FA_FN(column_done)(float *m, float *l, float *mu, int r,
+                               fa_vf mx, fa_vf ref, fa_vf sum) {
+  const fa_vf alpha = vf_exp(vf_sub(vf_load(m + r), ref));
+  vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
+  vf_store(m + r, mx);
+  vf_store(mu + r, alpha);
+}
+
 #if FA_HAVE_DPBF16
 #include "cpu_kernels_bf16.h"
-#endif
-/* The bf16 tile-product step (scores, then P.V) and the key rounding its
-   tiles need: vdpbf16ps by default, or the header the ISA names. */
-#ifdef FA_TILE_STEP_HEADER
-#include FA_TILE_STEP_HEADER
-#endif
-#ifndef FA_TILE_KEYS
-#define FA_TILE_KEYS 1
-#endif
-#ifndef FA_TILE_STEP_END
-#define FA_TILE_STEP_END() ((void)0)
 #endif
 
 /* ---- tiles ------------------------------------------------------------ */
@@ -241,6 +266,19 @@ typedef struct FA_FN(tiles) {
   size_t vis; // 2 * bq ints: each lane's visible keys of the tile, [lo, hi)
   size_t total;
 } FA_FN(tiles);
+
+/* The bf16 tile-product step (scores, softmax with P packed, P.V) and the
+   key rounding its tiles need: vdpbf16ps by default, or the header the ISA
+   names. */
+#ifdef FA_TILE_STEP_HEADER
+#include FA_TILE_STEP_HEADER
+#endif
+#ifndef FA_TILE_KEYS
+#define FA_TILE_KEYS 1
+#endif
+#ifndef FA_TILE_STEP_END
+#define FA_TILE_STEP_END() ((void)0)
+#endif
 
 static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   FA_FN(tiles) t;
@@ -553,35 +591,39 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
   float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq;
   for (int r = 0; r < bq; r += FA_VW) {
-    // Four independent maxima: the NaN-sticky max is a longer dependency
-    // chain than a bare maxps, and nc of them in a row would show.
-    const fa_vf m_old = vf_load(m + r);
-    fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
-    int c = 0;
-    for (; c + 4 <= nc; c += 4) {
-      const float *sc = s + (size_t)c * bq + r;
-      x0 = vf_max(x0, vf_load(sc));
-      x1 = vf_max(x1, vf_load(sc + bq));
-      x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
-      x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
-    }
-    for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
-    const fa_vf mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
-    // A row that has seen no key keeps m = -inf; exp against 0 then gives
-    // P = 0 and alpha = 0 on an O that is still 0.
-    fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
+    fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r, &mx), sum = vf_zero();
     for (int k = 0; k < nc; k++) {
       float *sc = s + (size_t)k * bq + r;
       fa_vf e = vf_exp(vf_sub(vf_load(sc), ref));
       vf_store(sc, e);
       sum = vf_add(sum, e);
     }
-    fa_vf alpha = vf_exp(vf_sub(m_old, ref));
-    vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
-    vf_store(m + r, mx);
-    vf_store(mu + r, alpha);
+    FA_FN(column_done)(m, l, mu, r, mx, ref, sum);
   }
 }
+
+/* O rows [0, nr) (pitch ldo) times their rescale factors mu. */
+static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
+                             int dv) {
+  for (int r = 0; r < nr; r++) {
+    if (mu[r] == 1.0f) continue;
+    float *orow = o + (size_t)r * ldo;
+    fa_vf a = vf_set1(mu[r]);
+    int d = 0;
+    for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
+    for (; d < dv; d++) orow[d] *= mu[r];
+  }
+}
+
+#if FA_HAVE_DPBF16 && !defined(FA_TILE_STEP_HEADER)
+/* The default step's softmax: online_softmax, then P^T paired along keys
+   into p2 ([(nc + 1) / 2][bq]) for gemm_bf16. */
+static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
+                                  uint32_t *p2) {
+  FA_FN(online_softmax)(t, ws, nc);
+  FA_FN(pack_p_bf16)(p2, ws + t->s, t->bq, nc);
+}
+#endif
 
 // NOLINTNEXTLINE(readability-function-size): to be split (issue 13)
 static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
@@ -732,15 +774,11 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       FA_FN(bf16_scores)(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt),
                          ws + t->s, p->a.scale);
       FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
-      FA_FN(online_softmax)(t, ws, nc);
-      for (int r = 0; r < nr; r++)
-        if (mu[r] != 1.0f)
-          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      uint32_t bad = 0;
       if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) {
         // As in the fp32 path: V with inf or NaN meets masked P = 0 only
         // through visible pairs (fp32 V rows, over the pairs: not needed).
         // Scanned in the pack, whose pair rows are contiguous.
-        uint32_t bad = 0;
         for (int e = 0; e < (nc + 1) / 2; e++) {
           const uint32_t *vr = v2 + (size_t)e * ldv2;
           for (int d = 0; d < dv; d++) {
@@ -749,17 +787,23 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                    (uint32_t)((x >> 16) == 0x7f80u);
           }
         }
-        if (bad) {
-          FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
-                             dv);
-          FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
-          FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
-                              ws + t->v, t->ldv, o, t->ldv, 0);
-          continue;
-        }
       }
-      FA_FN(bf16_pv)(nr, dv, nc, bq, ws + t->s, (uint32_t *)(ws + t->p2), v2,
-                     ldv2, (uint32_t *)(ws + t->v), o, t->ldv);
+      if (bad) {
+        FA_FN(online_softmax)(t, ws, nc);
+        FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
+        FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
+                           dv);
+        FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
+        FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
+                            ws + t->v, t->ldv, o, t->ldv, 0);
+        continue;
+      }
+      // The softmax step with P packed for the product as it is made.
+      uint32_t *p2 = (uint32_t *)(ws + t->p2);
+      FA_FN(bf16_softmax_p)(t, ws, nc, p2);
+      FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
+      FA_FN(bf16_pv)(nr, dv, nc, bq, p2, v2, ldv2, (uint32_t *)(ws + t->v), o,
+                     t->ldv);
       continue;
     }
 #endif
@@ -779,14 +823,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     }
     FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);
-    for (int r = 0; r < nr; r++) {
-      if (mu[r] == 1.0f) continue;
-      float *orow = o + (size_t)r * t->ldv;
-      fa_vf a = vf_set1(mu[r]);
-      int d = 0;
-      for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
-      for (; d < dv; d++) orow[d] *= mu[r];
-    }
+    FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
     // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
     // 0 * NaN = NaN: where the tile meets a mask and V holds inf or NaN
     // (a scan of nc x dv, 1/bq of the product), only visible pairs count.

@@ -187,7 +187,9 @@ static void FA_FN(kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
 }
 
 #ifndef FA_TILE_STEP_HEADER
-/* The default tile-product step (each ISA's step has these two calls).
+/* The default tile-product step: bf16_scores, bf16_softmax_p (after
+   online_softmax, in cpu_kernels.h) and bf16_pv; a step header gives all
+   three.
    Scores: S^T[nc][bq] = scale K2.Q2^T over dpairs pairs (K2 rows of ldk2
    pairs, Q^T as [dpairs][bq] pairs). K2 rows past nc, up to whole tiles of
    the step, may be read: the pack keeps them finite. */
@@ -200,16 +202,15 @@ static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
     _mm512_storeu_ps(s + x, _mm512_mul_ps(_mm512_loadu_ps(s + x), sc));
 }
 
-/* P.V: O[nr][dv] += P.V with P^T in s ([nc][bq] fp32, rounded to bf16
-   pairs in p2) and V as pairs of keys (v2, ldv2 words a pair row). Pair
-   rows past (nc + 1) / 2 are another block's keys: a step that reads
-   whole tiles copies the last partial one to scratch (16 pair rows of
-   ldv2) and zeroes the rest. */
-static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const float *s,
-                           uint32_t *p2, const uint32_t *v2, int64_t ldv2,
-                           uint32_t *scratch, float *o, int64_t ldo) {
+/* P.V: O[nr][dv] += P.V with P as bf16_softmax_p packed it (P^T paired
+   along keys, [(nc + 1) / 2][bq]) and V as pairs of keys (v2, ldv2 words a
+   pair row). Pair rows past (nc + 1) / 2 are another block's keys: a step
+   that reads whole tiles copies the last partial one to scratch (16 pair
+   rows of ldv2) and zeroes the rest. */
+static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const uint32_t *p2,
+                           const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
+                           float *o, int64_t ldo) {
   (void)scratch;
-  FA_FN(pack_p_bf16)(p2, s, bq, nc);
   FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, ldo, 1);
 }
 #endif

@@ -148,44 +148,59 @@ static inline void FA_FN(transpose16)(__m512i x[16]) {
   }
 }
 
-/* P (fp32 P^T in s, [nc][bq]) as bf16 pairs along keys, lane-major:
-   a[r][e] holds keys 2e, 2e+1 of lane r (pitch e16 pairs); keys past nc are
-   0. Lanes [0, nr16). */
-static void FA_FN(pack_p_rows)(uint32_t *a, int e16, const float *s, int bq,
-                               int nc, int nr16) {
+/* The online-softmax step (column_ref / column_done around the exps, as
+   online_softmax) with P made straight into the A tiles of P.V: each pair
+   of key rows is exponentiated, rounded to bf16 pairs and, 16 pairs at a
+   time, transposed to lanes x pairs (p2[r][e], pitch e16 = the pairs
+   rounded up to 16; keys past nc are 0). S^T is read twice, not three
+   times, and P is never stored in fp32. The sums add the exps in key
+   order, as online_softmax does. */
+static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
+                                  uint32_t *p2) {
+  const float *s = ws + t->s;
+  float *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
+  const int bq = t->bq, e16 = FA_FN(round16)((nc + 1) / 2);
   // Word lane i of a pair vector: low half key 2e, high half key 2e+1.
   const __m512i inter = _mm512_set_epi16(
       31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
       6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512 zero = _mm512_setzero_ps();
-  for (int r0 = 0; r0 < nr16; r0 += 16)
+  for (int r0 = 0; r0 < bq; r0 += 16) {
+    fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r0, &mx), sum = zero;
     for (int e0 = 0; e0 < e16; e0 += 16) {
       __m512i x[16];
       for (int j = 0; j < 16; j++) {
         const int c = 2 * (e0 + j);
-        const __m512 lo = c < nc ? _mm512_loadu_ps(s + (size_t)c * bq + r0)
-                                 : zero,
-                     hi = c + 1 < nc
-                              ? _mm512_loadu_ps(s + (size_t)(c + 1) * bq + r0)
-                              : zero;
+        __m512 lo = zero, hi = zero;
+        if (c < nc) {
+          lo = vf_exp(vf_sub(vf_load(s + (size_t)c * bq + r0), ref));
+          sum = vf_add(sum, lo);
+        }
+        if (c + 1 < nc) {
+          hi = vf_exp(vf_sub(vf_load(s + (size_t)(c + 1) * bq + r0), ref));
+          sum = vf_add(sum, hi);
+        }
         x[j] = _mm512_permutexvar_epi16(
             inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
       }
       FA_FN(transpose16)(x);
       for (int r = 0; r < 16; r++)
-        _mm512_storeu_si512(a + (size_t)(r0 + r) * e16 + e0, x[r]);
+        _mm512_storeu_si512(p2 + (size_t)(r0 + r) * e16 + e0, x[r]);
     }
+    FA_FN(column_done)(m, l, mu, r0, mx, ref, sum);
+  }
 }
 
-/* O[nr][dv] += P.V: P^T in s ([nc][bq] fp32), packed into p2 as lanes x
-   key pairs; V as pairs of keys (v2, ldv2 words a pair row). Pair rows past
-   (nc + 1) / 2 belong to other keys (an inf or NaN there must not meet
-   P = 0): a last partial pair tile is copied to scratch, zero padded. The
-   B tile of pair step e is then at vrow(e). */
+/* O[nr][dv] += P.V: P as bf16_softmax_p packed it (lanes x key pairs,
+   pitch e16); V as pairs of keys (v2, ldv2 words a pair row). Pair rows
+   past (nc + 1) / 2 belong to other keys (an inf or NaN there must not
+   meet P = 0): a last partial pair tile is copied to scratch, zero padded.
+   The B tile of pair step e is then at vrow(e). */
 #define FA_AMX_VROW(e) ((e) < efull ? v2 + (size_t)(e) * ldv2 : tail)
-static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const float *s,
-                           uint32_t *p2, const uint32_t *v2, int64_t ldv2,
-                           uint32_t *scratch, float *o, int64_t ldo) {
+static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const uint32_t *p2,
+                           const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
+                           float *o, int64_t ldo) {
+  (void)bq; // (p2 holds every lane of the tile; nr of them are multiplied)
   FA_FN(amx_ready)();
   const int ne = (nc + 1) / 2, e16 = FA_FN(round16)(ne),
             nr16 = FA_FN(round16)(nr), efull = ne / 16 * 16;
@@ -196,7 +211,6 @@ static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const float *s,
     memset(scratch + (size_t)(ne - efull) * ldv2, 0,
            sizeof(uint32_t) * (size_t)(e16 - ne) * ldv2);
   }
-  FA_FN(pack_p_rows)(p2, e16, s, bq, nc, nr16);
   const size_t sa = sizeof(uint32_t) * (size_t)e16,
                sb = sizeof(uint32_t) * (size_t)ldv2,
                sc = sizeof(float) * (size_t)ldo;
