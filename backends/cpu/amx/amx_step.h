@@ -9,13 +9,14 @@
 // exactly these:
 //   S^T = K.Q^T: A = K rows as stored (pairs along d), B = Q^T as
 //                [d/2][lanes] pairs, C = S^T [keys][lanes];
-//   O += P.V:    A = P [lanes][keys/2] pairs (P^T transposed once here,
-//                after the softmax), B = V as [keys/2][dv] pairs, C = O.
+//   O += P.V:    A = P [lanes][keys/2] pairs (made so by the softmax
+//                step here as it exponentiates S^T), B = V as [keys/2][dv]
+//                pairs, C = O.
 // C is held as 2 x 2 tiles (tmm0-3) with two A (tmm4-5) and two B tiles
 // (tmm6-7), so each loaded tile feeds two products. Keys are rounded up to
 // whole pair tiles of 32 (FA_TILE_KEYS); padded products must be 0, never
-// 0 * another key's NaN. The driver guarantees head_dim % 32
-// and head_dim_v % 16 (the AMX kernel's supports() says no otherwise).
+// 0 * another key's NaN. The driver guarantees head_dim % 32 and
+// head_dim_v % 16 (the AMX kernel's supports() says no otherwise).
 #ifndef FA_AMX_STEP_H
 #define FA_AMX_STEP_H
 
