@@ -2,9 +2,9 @@
 // fa-peak: the ceilings fa-bench figures are measured against, on this
 // machine: fp32 FMA rate per ISA (and the bf16 rates where the CPU has
 // AVX512-BF16 or AMX-BF16 tiles), on one thread and on all, and the read
-// bandwidth of memory. Each probe runs independent accumulator chains long enough to hide
-// latency; each ISA's code is compiled for that ISA only (target
-// attributes) and run only if the CPU says it can.
+// bandwidth of memory. Each probe runs independent accumulator chains long
+// enough to hide latency; each ISA's code is compiled for that ISA only
+// (target attributes) and run only if the CPU says it can.
 #define _DEFAULT_SOURCE 1 // syscall (arch_prctl for AMX)
 #include <math.h>
 #include <stdio.h>

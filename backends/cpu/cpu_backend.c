@@ -191,9 +191,9 @@ static int bf16_score(const fa_kernel_query *q) {
   const int sc = dp > fma ? 1 : -1;
   if (fa_log_dispatch())
     fa_log("  cpu.avx512bf16: vdpbf16ps measured %.0f GFLOP/s, fp32 FMA %.0f "
-           "on this core: score %d (%s)", dp * 1e-9, fma * 1e-9, sc,
-           sc > 0 ? "bf16 products are faster"
-                  : "widening to fp32 is faster");
+           "on this core: score %d (%s)",
+           dp * 1e-9, fma * 1e-9, sc,
+           sc > 0 ? "bf16 products are faster" : "widening to fp32 is faster");
   return sc;
 }
 #define FA_CPU_BF16_KERNEL                                                     \
@@ -216,8 +216,10 @@ static int amx_supports(const fa_kernel_query *q, char *why, size_t len) {
   if (!stored_bf16(p, "TDPBF16PS", why, len)) return 0;
   if (!fa_cpu_amx_bf16_usable(why, len)) return 0;
   if (p->a.head_dim % 32 || p->a.head_dim_v % 16) {
-    snprintf(why, len, "head_dim %d / head_dim_v %d: AMX tiles need "
-             "multiples of 32 / 16", p->a.head_dim, p->a.head_dim_v);
+    (void)snprintf(why, len,
+                   "head_dim %d / head_dim_v %d: AMX tiles need "
+                   "multiples of 32 / 16",
+                   p->a.head_dim, p->a.head_dim_v);
     return 0;
   }
   return cpu_supports(q, why, len);
@@ -255,8 +257,8 @@ FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20, FA_CPU_KERNEL(avx2))
 #endif
 #ifdef FA_HAVE_CPU_AVX512
 static fa_status plan_avx512(const fa_kernel_query *q, fa_plan_data *plan);
-FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30, FA_CPU_AMX_KERNEL
-               FA_CPU_BF16_KERNEL FA_CPU_KERNEL(avx512))
+FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30,
+               FA_CPU_AMX_KERNEL FA_CPU_BF16_KERNEL FA_CPU_KERNEL(avx512))
 #endif
 #ifdef FA_HAVE_CPU_NEON
 FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20, FA_CPU_KERNEL(neon))

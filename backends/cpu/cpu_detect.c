@@ -92,8 +92,10 @@ static int amx_permission(char *why, size_t len) {
     if (r != 0) r = -1; // (racing first calls both ask: the answer is the same)
     answer = r;
   }
-  if (r != 0) snprintf(why, len, "the OS refused AMX tile state "
-                       "(arch_prctl ARCH_REQ_XCOMP_PERM)");
+  if (r != 0)
+    (void)snprintf(why, len,
+                   "the OS refused AMX tile state "
+                   "(arch_prctl ARCH_REQ_XCOMP_PERM)");
   return r == 0;
 }
 #endif
@@ -101,24 +103,25 @@ static int amx_permission(char *why, size_t len) {
 int fa_cpu_amx_bf16_usable(char *why, size_t len) {
 #if defined(__x86_64__) && defined(__linux__)
   if (!fa_cpu_has_avx512bf16()) {
-    snprintf(why, len, "CPU lacks AVX512-BF16 (the softmax between tiles)");
+    (void)snprintf(why, len,
+                   "CPU lacks AVX512-BF16 (the softmax between tiles)");
     return 0;
   }
   unsigned a = 0, b = 0, c = 0, d = 0;
   __get_cpuid_count(7, 0, &a, &b, &c, &d);
   if (!((d >> 24) & 1) || !((d >> 22) & 1)) {
-    snprintf(why, len, "CPU lacks AMX-TILE/AMX-BF16");
+    (void)snprintf(why, len, "CPU lacks AMX-TILE/AMX-BF16");
     return 0;
   }
   const unsigned long long xcr0 = xgetbv0();
   if ((xcr0 & 0x60000ull) != 0x60000ull) {
-    snprintf(why, len, "OS does not enable AMX tile state (XCR0=0x%llx)",
-             xcr0);
+    (void)snprintf(why, len, "OS does not enable AMX tile state (XCR0=0x%llx)",
+                   xcr0);
     return 0;
   }
   return amx_permission(why, len);
 #else
-  snprintf(why, len, "AMX needs x86-64 Linux");
+  (void)snprintf(why, len, "AMX needs x86-64 Linux");
   return 0;
 #endif
 }

@@ -231,8 +231,8 @@ static fa_vf FA_FN(column_ref)(const float *s, int bq, const float *m, int nc,
   return vf_neginf_to_zero(*mx);
 }
 
-static void FA_FN(column_done)(float *m, float *l, float *mu, int r,
-                               fa_vf mx, fa_vf ref, fa_vf sum) {
+static void FA_FN(column_done)(float *m, float *l, float *mu, int r, fa_vf mx,
+                               fa_vf ref, fa_vf sum) {
   const fa_vf alpha = vf_exp(vf_sub(vf_load(m + r), ref));
   vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
   vf_store(m + r, mx);
@@ -288,8 +288,8 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   t.ld = plan->head_dim_pad;
   t.ldv = plan->head_dim_v_pad;
   // K, V, S and P tiles hold the block's keys rounded up to whole tiles.
-  const size_t bka = ((size_t)t.bk + FA_TILE_KEYS - 1) / FA_TILE_KEYS *
-                     FA_TILE_KEYS;
+  const size_t bka =
+      ((size_t)t.bk + FA_TILE_KEYS - 1) / FA_TILE_KEYS * FA_TILE_KEYS;
   size_t at = 0;
   // 16-float granules keep every tile 64-byte aligned.
 #define FA_TAKE(field, n)                                                      \
@@ -610,7 +610,8 @@ static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
     float *orow = o + (size_t)r * ldo;
     fa_vf a = vf_set1(mu[r]);
     int d = 0;
-    for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
+    for (; d + FA_VW <= dv; d += FA_VW)
+      vf_store(orow + d, vf_mul(vf_load(orow + d), a));
     for (; d < dv; d++) orow[d] *= mu[r];
   }
 }
@@ -791,8 +792,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       if (bad) {
         FA_FN(online_softmax)(t, ws, nc);
         FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
-        FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
-                           dv);
+        FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
         FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
         FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
                             ws + t->v, t->ldv, o, t->ldv, 0);

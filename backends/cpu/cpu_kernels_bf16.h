@@ -140,13 +140,13 @@ typedef struct FA_FN(kvpack) {
 static size_t FA_FN(kvpack_plan)(const fa_problem *p, const fa_plan_data *plan,
                                  int small_lanes, FA_FN(kvpack) * kv) {
   memset(kv, 0, sizeof *kv);
-  const int rows_max = p->a.seqlen_q < plan->block_rows ? p->a.seqlen_q
-                                                        : plan->block_rows;
+  const int rows_max =
+      p->a.seqlen_q < plan->block_rows ? p->a.seqlen_q : plan->block_rows;
   if (p->dtype != FA_BF16 || p->descaled || plan->kv_heads_per_tile != 1 ||
       (int64_t)rows_max * plan->pack_group <= small_lanes)
     return 0;
-  kv->rows = (int)(((int64_t)plan->num_k_blocks * plan->block_k + 31) / 32 *
-                   32);
+  kv->rows =
+      (int)(((int64_t)plan->num_k_blocks * plan->block_k + 31) / 32 * 32);
   kv->ldk2 = (plan->head_dim_pad + 1) / 2;
   kv->ldv2 = plan->head_dim_v_pad;
   kv->items = (int64_t)p->a.batch * p->a.heads_kv * plan->num_k_blocks;

@@ -30,7 +30,8 @@ static double fma_rate(float *out) {
     for (int i = 0; i < FA_RATE_CHAINS; i++)
       acc[i] = _mm512_fmadd_ps(acc[i], x, y);
   const double dt = seconds() - t0;
-  for (int i = 1; i < FA_RATE_CHAINS; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  for (int i = 1; i < FA_RATE_CHAINS; i++)
+    acc[0] = _mm512_add_ps(acc[0], acc[i]);
   *out += _mm512_reduce_add_ps(acc[0]);
   return (double)FA_RATE_ITERS * FA_RATE_CHAINS * 16 * 2 / dt;
 }
@@ -46,7 +47,8 @@ static double dpbf16_rate(float *out) {
     for (int i = 0; i < FA_RATE_CHAINS; i++)
       acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
   const double dt = seconds() - t0;
-  for (int i = 1; i < FA_RATE_CHAINS; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  for (int i = 1; i < FA_RATE_CHAINS; i++)
+    acc[0] = _mm512_add_ps(acc[0], acc[i]);
   *out += _mm512_reduce_add_ps(acc[0]);
   return (double)FA_RATE_ITERS * FA_RATE_CHAINS * 32 * 2 / dt;
 }

@@ -162,9 +162,9 @@ static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
   float *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq, e16 = FA_FN(round16)((nc + 1) / 2);
   // Word lane i of a pair vector: low half key 2e, high half key 2e+1.
-  const __m512i inter = _mm512_set_epi16(
-      31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-      6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11,
+                                         26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512 zero = _mm512_setzero_ps();
   for (int r0 = 0; r0 < bq; r0 += 16) {
     fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r0, &mx), sum = zero;
@@ -181,8 +181,8 @@ static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
           hi = vf_exp(vf_sub(vf_load(s + (size_t)(c + 1) * bq + r0), ref));
           sum = vf_add(sum, hi);
         }
-        x[j] = _mm512_permutexvar_epi16(
-            inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        x[j] = _mm512_permutexvar_epi16(inter,
+                                        (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
       }
       FA_FN(transpose16)(x);
       for (int r = 0; r < 16; r++)
@@ -197,7 +197,7 @@ static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
    past (nc + 1) / 2 belong to other keys (an inf or NaN there must not
    meet P = 0): a last partial pair tile is copied to scratch, zero padded.
    The B tile of pair step e is then at vrow(e). */
-#define FA_AMX_VROW(e) ((e) < efull ? v2 + (size_t)(e) * ldv2 : tail)
+#define FA_AMX_VROW(e) ((e) < efull ? v2 + (size_t)(e)*ldv2 : tail)
 static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const uint32_t *p2,
                            const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
                            float *o, int64_t ldo) {
