@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // fa-peak: the ceilings fa-bench figures are measured against, on this
-// machine: fp32 FMA rate per ISA (and bf16 dot-product rate where the CPU
-// has AVX512-BF16), on one thread and on all, and the read bandwidth of
-// memory. Each probe runs independent accumulator chains long enough to hide
-// latency; each ISA's code is compiled for that ISA only (target
-// attributes) and run only if the CPU says it can.
+// machine: fp32 FMA rate per ISA (and the bf16 rates where the CPU has
+// AVX512-BF16 or AMX-BF16 tiles), on one thread and on all, and the read
+// bandwidth of memory. Each probe runs independent accumulator chains long
+// enough to hide latency; each ISA's code is compiled for that ISA only
+// (target attributes) and run only if the CPU says it can.
+#define _DEFAULT_SOURCE 1 // syscall (arch_prctl for AMX)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,50 @@ probe_bf16(long iters) {
   return (double)iters * CHAINS * 32 * 2;
 }
 #endif
+
+#if defined(__GNUC__) && __GNUC__ >= 11 && defined(__linux__)
+#define FA_PEAK_HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+/* TDPBF16PS on four accumulator tiles from two A and two B tiles, no
+   loads in the loop: 16 x 16 x 32 products = 16384 FLOPs each. The tile
+   configuration is per thread, so each thread loads it. */
+__attribute__((target("amx-tile,amx-bf16"))) static double
+probe_amx(long iters) {
+  struct {
+    unsigned char palette, start, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+  } cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  _tile_zero(4); // zeros: finite, and the rate does not depend on values
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  iters /= 16; // a step here is 170x the work of an FMA probe's step
+  for (long it = 0; it < iters; it++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float out[256];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  sink = out[0];
+  return (double)iters * 4 * 16 * 16 * 32 * 2;
+}
+#endif
 #endif
 
 typedef struct probe {
@@ -90,6 +135,16 @@ static int has_bf16(void) {
   unsigned a, b, c, d;
   __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
   return has_avx512() && ((a >> 5) & 1); // CPUID.(7,1):EAX bit 5
+}
+#endif
+#ifdef FA_PEAK_HAVE_AMX
+/* CPUID.(7,0):EDX bits 24 (AMX-TILE), 22 (AMX-BF16); then the OS's grant
+   of the tile state to this process (Linux: arch_prctl, XTILEDATA = 18). */
+static int has_amx(void) {
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  if (!((d >> 24) & 1) || !((d >> 22) & 1)) return 0;
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
 #endif
 #endif
@@ -136,13 +191,16 @@ int main(int argc, char **argv) {
   threads = omp_get_max_threads();
 #endif
   int json = argc > 1 && strcmp(argv[1], "--json") == 0;
-  probe probes[4];
+  probe probes[5];
   int n = 0;
 #if defined(__x86_64__)
   probes[n++] = (probe){"avx2 fp32 fma", probe_avx2, has_avx2};
   probes[n++] = (probe){"avx512 fp32 fma", probe_avx512, has_avx512};
 #ifdef FA_PEAK_HAVE_BF16
   probes[n++] = (probe){"avx512 bf16 dpbf16", probe_bf16, has_bf16};
+#endif
+#ifdef FA_PEAK_HAVE_AMX
+  probes[n++] = (probe){"amx bf16 tdpbf16ps", probe_amx, has_amx};
 #endif
 #endif
   if (json) printf("{\"threads\": %d, \"probes\": [", threads);

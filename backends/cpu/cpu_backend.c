@@ -16,6 +16,7 @@
 #include "cpu_internal.h"
 #include "dtype.h"
 #include "error.h"
+#include "registry.h" // fa_log: the measured rates behind a score
 
 #define FA_CPU_MAX_HEAD_DIM 512
 
@@ -152,11 +153,10 @@ static int cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
   };
 
 #ifdef FA_HAVE_CPU_AVX512BF16
-/* bf16 problems on CPUs with AVX512-BF16: products in vdpbf16ps. It
-   multiplies the stored bf16 values, so descaled inputs go to cpu.avx512
-   (which widens, then descales). */
-static int bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
-  const fa_problem *p = q->problem;
+/* The bf16 product kernels multiply the stored values: bf16 inputs without
+   descales (cpu.avx512 widens, then descales). */
+static int stored_bf16(const fa_problem *p, const char *unit, char *why,
+                       size_t len) {
   if (p->dtype != FA_BF16) {
     (void)snprintf(why, len, "input dtype %s is not bf16",
                    fa_dtype_name(p->dtype));
@@ -164,24 +164,91 @@ static int bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
   }
   if (p->descaled) {
     (void)snprintf(why, len,
-                   "descaled inputs (vdpbf16ps multiplies the stored "
-                   "values; cpu.avx512 descales as it widens)");
+                   "descaled inputs (%s multiplies the stored values; "
+                   "cpu.avx512 descales as it widens)",
+                   unit);
     return 0;
   }
+  return 1;
+}
+
+/* bf16 problems on CPUs with AVX512-BF16: products in vdpbf16ps. */
+static int bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
+  if (!stored_bf16(q->problem, "vdpbf16ps", why, len)) return 0;
   if (!fa_cpu_has_avx512bf16()) {
     (void)snprintf(why, len, "CPU lacks AVX512-BF16");
     return 0;
   }
   return cpu_supports(q, why, len);
 }
+
+/* Chosen by measured rate, not by ISA name: vdpbf16ps retires twice the
+   fp32 FMA FLOPs on some cores (Zen 4) and half on others (Sapphire
+   Rapids), where widening to fp32 (cpu.avx512, score 0) is faster. */
+static int bf16_score(const fa_kernel_query *q) {
+  double dp, fma;
+  fa_cpu_bf16_rates(&dp, &fma);
+  const int sc = dp > fma ? 1 : -1;
+  if (fa_log_dispatch())
+    fa_log("  cpu.avx512bf16: vdpbf16ps measured %.0f GFLOP/s, fp32 FMA %.0f "
+           "on this core: score %d (%s)",
+           dp * 1e-9, fma * 1e-9, sc,
+           sc > 0 ? "bf16 products are faster" : "widening to fp32 is faster");
+  return sc;
+}
 #define FA_CPU_BF16_KERNEL                                                     \
   {.name = "cpu.avx512bf16",                                                   \
    .supports = bf16_supports,                                                  \
+   .score = bf16_score,                                                        \
    .plan = plan_avx512,                                                        \
    .forward = fa_cpu_forward_avx512bf16,                                       \
    .backward = NULL},
 #else
 #define FA_CPU_BF16_KERNEL
+#endif
+
+#ifdef FA_HAVE_CPU_AMXBF16
+/* bf16 problems on CPUs with AMX-BF16: both tile products in TDPBF16PS
+   (amx/amx_step.h), whose tiles are 32 values of d deep and 16 of dv
+   wide. */
+static int amx_supports(const fa_kernel_query *q, char *why, size_t len) {
+  const fa_problem *p = q->problem;
+  if (!stored_bf16(p, "TDPBF16PS", why, len)) return 0;
+  if (!fa_cpu_amx_bf16_usable(why, len)) return 0;
+  if (p->a.head_dim % 32 || p->a.head_dim_v % 16) {
+    (void)snprintf(why, len,
+                   "head_dim %d / head_dim_v %d: AMX tiles need "
+                   "multiples of 32 / 16",
+                   p->a.head_dim, p->a.head_dim_v);
+    return 0;
+  }
+  return cpu_supports(q, why, len);
+}
+
+/* The avx512 plan with kv blocks up to 256 keys: P.V is then 8 pair tiles
+   deep per load and store of its O tiles instead of 2 at 64 keys, and O is
+   rescaled a quarter as often (the tile products are ~15x the vector
+   rate, so what surrounds them is the cost). */
+static fa_status plan_amx(const fa_kernel_query *q, fa_plan_data *plan) {
+  fa_caps caps = {0};
+  caps_for(q->state, &caps, 16);
+  caps.max_block_k = 256;
+  fa_plan_compute(q->problem, &caps, plan);
+  return FA_OK;
+}
+
+/* Before every vector kernel of the backend (they score 0 or less). */
+static int amx_score(const fa_kernel_query *q) { return 2; }
+
+#define FA_CPU_AMX_KERNEL                                                      \
+  {.name = "cpu.amxbf16",                                                      \
+   .supports = amx_supports,                                                   \
+   .score = amx_score,                                                         \
+   .plan = plan_amx,                                                           \
+   .forward = fa_cpu_forward_amxbf16,                                          \
+   .backward = NULL},
+#else
+#define FA_CPU_AMX_KERNEL
 #endif
 
 FA_CPU_BACKEND(scalar, FA_ISA_SCALAR, 1, 10, FA_CPU_KERNEL(scalar))
@@ -190,8 +257,8 @@ FA_CPU_BACKEND(avx2, FA_ISA_AVX2, 8, 20, FA_CPU_KERNEL(avx2))
 #endif
 #ifdef FA_HAVE_CPU_AVX512
 static fa_status plan_avx512(const fa_kernel_query *q, fa_plan_data *plan);
-FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30, FA_CPU_BF16_KERNEL
-               FA_CPU_KERNEL(avx512))
+FA_CPU_BACKEND(avx512, FA_ISA_AVX512, 16, 30,
+               FA_CPU_AMX_KERNEL FA_CPU_BF16_KERNEL FA_CPU_KERNEL(avx512))
 #endif
 #ifdef FA_HAVE_CPU_NEON
 FA_CPU_BACKEND(neon, FA_ISA_NEON, 4, 20, FA_CPU_KERNEL(neon))

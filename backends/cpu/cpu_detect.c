@@ -2,6 +2,7 @@
 // Run-time ISA detection. Compiled with baseline flags only: it must run on
 // every CPU to tell which kernels may. Checks the OS saves the vector state
 // too (XGETBV on x86, getauxval on Arm), not just the CPUID bits.
+#define _DEFAULT_SOURCE 1 // syscall (arch_prctl for AMX)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,58 @@ int fa_cpu_has_avx512bf16(void) {
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
   return (a >> 5) & 1; // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
 #else
+  return 0;
+#endif
+}
+
+/* AMX: CPUID.(7,0):EDX bit 24 (AMX-TILE) and 22 (AMX-BF16); the OS must
+   enable the tile state in XCR0 (bits 17, 18) and, on Linux, grant each
+   process the right to use it (arch_prctl ARCH_REQ_XCOMP_PERM), or the
+   first tile instruction faults. The request is made once per process;
+   its answer is kept. */
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define FA_ARCH_REQ_XCOMP_PERM 0x1023
+#define FA_XFEATURE_XTILEDATA 18
+static int amx_permission(char *why, size_t len) {
+  static _Atomic long answer = 1; // 1: not asked yet, else the syscall's
+  long r = answer;
+  if (r == 1) {
+    r = syscall(SYS_arch_prctl, FA_ARCH_REQ_XCOMP_PERM, FA_XFEATURE_XTILEDATA);
+    if (r != 0) r = -1; // (racing first calls both ask: the answer is the same)
+    answer = r;
+  }
+  if (r != 0)
+    (void)snprintf(why, len,
+                   "the OS refused AMX tile state "
+                   "(arch_prctl ARCH_REQ_XCOMP_PERM)");
+  return r == 0;
+}
+#endif
+
+int fa_cpu_amx_bf16_usable(char *why, size_t len) {
+#if defined(__x86_64__) && defined(__linux__)
+  if (!fa_cpu_has_avx512bf16()) {
+    (void)snprintf(why, len,
+                   "CPU lacks AVX512-BF16 (the softmax between tiles)");
+    return 0;
+  }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid_count(7, 0, &a, &b, &c, &d);
+  if (!((d >> 24) & 1) || !((d >> 22) & 1)) {
+    (void)snprintf(why, len, "CPU lacks AMX-TILE/AMX-BF16");
+    return 0;
+  }
+  const unsigned long long xcr0 = xgetbv0();
+  if ((xcr0 & 0x60000ull) != 0x60000ull) {
+    (void)snprintf(why, len, "OS does not enable AMX tile state (XCR0=0x%llx)",
+                   xcr0);
+    return 0;
+  }
+  return amx_permission(why, len);
+#else
+  (void)snprintf(why, len, "AMX needs x86-64 Linux");
   return 0;
 #endif
 }

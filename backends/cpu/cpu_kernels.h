@@ -203,6 +203,42 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
   }
 }
 
+/* The online-softmax step on S^T ([keys][lanes], pitch bq), column by
+   column of FA_VW lanes: column_ref gives lanes [r, r + FA_VW) their new
+   maximum over keys [0, nc) (*mx, from the running maxima m) and the
+   reference the exps subtract; after the exps, column_done folds their sum
+   into l and leaves m and the rescale factor alpha (in mu). online_softmax
+   below, and a tile step that packs P as it exponentiates, are these two
+   around an exp pass. */
+static fa_vf FA_FN(column_ref)(const float *s, int bq, const float *m, int nc,
+                               int r, fa_vf *mx) {
+  // Four independent maxima: the NaN-sticky max is a longer dependency
+  // chain than a bare maxps, and nc of them in a row would show.
+  const fa_vf m_old = vf_load(m + r);
+  fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
+  int c = 0;
+  for (; c + 4 <= nc; c += 4) {
+    const float *sc = s + (size_t)c * bq + r;
+    x0 = vf_max(x0, vf_load(sc));
+    x1 = vf_max(x1, vf_load(sc + bq));
+    x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
+    x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
+  }
+  for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
+  *mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
+  // A row that has seen no key keeps m = -inf; exp against 0 then gives
+  // P = 0 and alpha = 0 on an O that is still 0.
+  return vf_neginf_to_zero(*mx);
+}
+
+static void FA_FN(column_done)(float *m, float *l, float *mu, int r, fa_vf mx,
+                               fa_vf ref, fa_vf sum) {
+  const fa_vf alpha = vf_exp(vf_sub(vf_load(m + r), ref));
+  vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
+  vf_store(m + r, mx);
+  vf_store(mu + r, alpha);
+}
+
 #if FA_HAVE_DPBF16
 #include "cpu_kernels_bf16.h"
 #endif
@@ -231,6 +267,19 @@ typedef struct FA_FN(tiles) {
   size_t total;
 } FA_FN(tiles);
 
+/* The bf16 tile-product step (scores, softmax with P packed, P.V) and the
+   key rounding its tiles need: vdpbf16ps by default, or the header the ISA
+   names. */
+#ifdef FA_TILE_STEP_HEADER
+#include FA_TILE_STEP_HEADER
+#endif
+#ifndef FA_TILE_KEYS
+#define FA_TILE_KEYS 1
+#endif
+#ifndef FA_TILE_STEP_END
+#define FA_TILE_STEP_END() ((void)0)
+#endif
+
 static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   FA_FN(tiles) t;
   const size_t kvt = (size_t)plan->kv_heads_per_tile; // K/V tiles per head
@@ -238,6 +287,9 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
   t.bk = plan->block_k;
   t.ld = plan->head_dim_pad;
   t.ldv = plan->head_dim_v_pad;
+  // K, V, S and P tiles hold the block's keys rounded up to whole tiles.
+  const size_t bka =
+      ((size_t)t.bk + FA_TILE_KEYS - 1) / FA_TILE_KEYS * FA_TILE_KEYS;
   size_t at = 0;
   // 16-float granules keep every tile 64-byte aligned.
 #define FA_TAKE(field, n)                                                      \
@@ -246,9 +298,9 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     at += ((size_t)(n) + 15) / 16 * 16;                                        \
   } while (0)
   FA_TAKE(qt, (size_t)t.ld * t.bq);
-  FA_TAKE(k, kvt * t.bk * t.ld);
-  FA_TAKE(v, kvt * t.bk * t.ldv);
-  FA_TAKE(s, (size_t)t.bk * t.bq);
+  FA_TAKE(k, kvt * bka * t.ld);
+  FA_TAKE(v, kvt * bka * t.ldv);
+  FA_TAKE(s, bka * t.bq);
   FA_TAKE(m, t.bq);
   FA_TAKE(l, t.bq);
   FA_TAKE(mu, t.bq);
@@ -270,7 +322,7 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     // time from any lane).
     FA_TAKE(qr, (size_t)(t.bq + 3) * t.ld);
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
-    FA_TAKE(p2, (size_t)(t.bk + 1) / 2 * t.bq); // bf16 path: P in pairs
+    FA_TAKE(p2, (bka + 1) / 2 * t.bq); // bf16 path: P in pairs
     t.kt = t.vt = 0;
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
@@ -521,13 +573,16 @@ static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
   return inv;
 }
 
+/* o_row is scaled in place, then stored as one row: that conversion loop
+   vectorises, an element-wise store testing the dtype each time did not
+   (7% of a bf16 forward at d = 128). */
 static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
-                             int b, int h, int i, const float *o_row,
-                             float scale_o, float lse) {
+                             int b, int h, int i, float *o_row, float scale_o,
+                             float lse) {
   const fa_tensor *o = &args->o;
-  int64_t off = fa_q_offset(p, o, b, i, h);
-  for (int d = 0; d < p->a.head_dim_v; d++)
-    fa_store(o->data, o->dtype, off + d, o_row[d] * scale_o);
+  const int dv = p->a.head_dim_v;
+  for (int d = 0; d < dv; d++) o_row[d] *= scale_o;
+  fa_store_row(o->data, o->dtype, fa_q_offset(p, o, b, i, h), o_row, dv);
   if (args->lse)
     args->lse[((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i] = lse;
 }
@@ -538,40 +593,46 @@ static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
   float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq;
   for (int r = 0; r < bq; r += FA_VW) {
-    // Four independent maxima: the NaN-sticky max is a longer dependency
-    // chain than a bare maxps, and nc of them in a row would show.
-    const fa_vf m_old = vf_load(m + r);
-    fa_vf x0 = m_old, x1 = m_old, x2 = m_old, x3 = m_old;
-    int c = 0;
-    for (; c + 4 <= nc; c += 4) {
-      const float *sc = s + (size_t)c * bq + r;
-      x0 = vf_max(x0, vf_load(sc));
-      x1 = vf_max(x1, vf_load(sc + bq));
-      x2 = vf_max(x2, vf_load(sc + 2 * (size_t)bq));
-      x3 = vf_max(x3, vf_load(sc + 3 * (size_t)bq));
-    }
-    for (; c < nc; c++) x0 = vf_max(x0, vf_load(s + (size_t)c * bq + r));
-    const fa_vf mx = vf_max(vf_max(x0, x1), vf_max(x2, x3));
-    // A row that has seen no key keeps m = -inf; exp against 0 then gives
-    // P = 0 and alpha = 0 on an O that is still 0.
-    fa_vf ref = vf_neginf_to_zero(mx), sum = vf_zero();
+    fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r, &mx), sum = vf_zero();
     for (int k = 0; k < nc; k++) {
       float *sc = s + (size_t)k * bq + r;
       fa_vf e = vf_exp(vf_sub(vf_load(sc), ref));
       vf_store(sc, e);
       sum = vf_add(sum, e);
     }
-    fa_vf alpha = vf_exp(vf_sub(m_old, ref));
-    vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
-    vf_store(m + r, mx);
-    vf_store(mu + r, alpha);
+    FA_FN(column_done)(m, l, mu, r, mx, ref, sum);
   }
 }
+
+/* O rows [0, nr) (pitch ldo) times their rescale factors mu. */
+static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
+                             int dv) {
+  for (int r = 0; r < nr; r++) {
+    if (mu[r] == 1.0f) continue;
+    float *orow = o + (size_t)r * ldo;
+    fa_vf a = vf_set1(mu[r]);
+    int d = 0;
+    for (; d + FA_VW <= dv; d += FA_VW)
+      vf_store(orow + d, vf_mul(vf_load(orow + d), a));
+    for (; d < dv; d++) orow[d] *= mu[r];
+  }
+}
+
+#if FA_HAVE_DPBF16 && !defined(FA_TILE_STEP_HEADER)
+/* The default step's softmax: online_softmax, then P^T paired along keys
+   into p2 ([(nc + 1) / 2][bq]) for gemm_bf16. */
+static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
+                                  uint32_t *p2) {
+  FA_FN(online_softmax)(t, ws, nc);
+  FA_FN(pack_p_bf16)(p2, ws + t->s, t->bq, nc);
+}
+#endif
 
 // NOLINTNEXTLINE(readability-function-size): to be split (issue 13)
 static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                             const fa_fwd_args *args, const FA_FN(tiles) * t,
-                            float *ws, int64_t w, FA_FN(partials) * part) {
+                            float *ws, int64_t w, FA_FN(partials) * part,
+                            const void *kvpack) {
   int b, h0, qb, split;
   fa_plan_work_item(p, plan, w, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
@@ -588,9 +649,6 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
 
-  // The K tile doubles as the row buffer of the transposing load.
-  FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
-                           p->a.head_dim, p->a.scale);
   for (int r = 0; r < bq; r++) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
@@ -613,7 +671,8 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
-  const int dot_bf16 = p->dtype == FA_BF16 && !small && !p->descaled;
+  const FA_FN(kvpack) *kv = kvpack;
+  const int dot_bf16 = p->dtype == FA_BF16 && !small && kv->items;
   const int dpairs = (p->a.head_dim + 1) / 2;
   const int ldk2 = (t->ld + 1) / 2, ldv2 = t->ldv; // pitches in pairs
   if (dot_bf16) {
@@ -630,7 +689,14 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         qt2[(size_t)e * bq + r] = row[2 * e] | (uint32_t)row[2 * e + 1] << 16;
     }
   }
+#else
+  const int dot_bf16 = 0;
 #endif
+  // fp32 Q^T otherwise (the K tile doubles as the transposing load's row
+  // buffer).
+  if (!dot_bf16)
+    FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
+                             p->a.head_dim, p->a.scale);
   if (small) { // row-major scaled q rows for the dot products
     float *qr = ws + t->qr;
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
@@ -716,58 +782,43 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     }
 #if FA_HAVE_DPBF16
     if (dot_bf16) {
-      // K rows as stored (pairs along d, zero padded); V rows paired two
-      // keys at a time; P paired the same way after the softmax.
-      uint32_t *k2 = (uint32_t *)(ws + t->k), *v2 = (uint32_t *)(ws + t->v);
-      for (int c = 0; c < nc; c++) {
-        uint16_t *kr = (uint16_t *)(k2 + (size_t)c * ldk2);
-        kr[2 * dpairs - 1] = 0;
-        memcpy(kr,
-               (const uint16_t *)args->k.data +
-                   fa_k_offset(p, &args->k, b, col0 + c, hk),
-               sizeof(uint16_t) * (size_t)p->a.head_dim);
-      }
-      const uint16_t *vb = (const uint16_t *)args->v.data;
-      for (int e = 0; e < (nc + 1) / 2; e++)
-        FA_FN(pair_rows)(v2 + (size_t)e * ldv2,
-                         vb + fa_k_offset(p, &args->v, b, col0 + 2 * e, hk),
-                         2 * e + 1 < nc ? vb + fa_k_offset(p, &args->v, b,
-                                                           col0 + 2 * e + 1,
-                                                           hk)
-                                        : NULL,
-                         dv);
-      FA_FN(gemm_bf16)(nc, bq, dpairs, k2, ldk2, 1, (uint32_t *)(ws + t->qt),
-                       bq, ws + t->s, bq, 0);
-      const fa_vf sc = vf_set1(p->a.scale);
-      for (size_t x = 0; x < (size_t)nc * bq; x += FA_VW)
-        vf_store(ws + t->s + x, vf_mul(vf_load(ws + t->s + x), sc));
+      // K and V as packed for the call (rows col0.. of this kv head); P
+      // paired along keys after the softmax.
+      const size_t bh = (size_t)b * p->a.heads_kv + hk;
+      const uint32_t *k2 = kv->k + (bh * kv->rows + col0) * ldk2,
+                     *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
+      FA_FN(bf16_scores)(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt),
+                         ws + t->s, p->a.scale);
       FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
-      FA_FN(online_softmax)(t, ws, nc);
-      for (int r = 0; r < nr; r++)
-        if (mu[r] != 1.0f)
-          for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+      uint32_t bad = 0;
       if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) {
         // As in the fp32 path: V with inf or NaN meets masked P = 0 only
         // through visible pairs (fp32 V rows, over the pairs: not needed).
-        uint16_t bad = 0;
-        for (int c = 0; c < nc; c++) {
-          const uint16_t *vr = vb + fa_k_offset(p, &args->v, b, col0 + c, hk);
-          for (int d = 0; d < dv; d++)
-            bad |= (uint16_t)((vr[d] & 0x7f80u) == 0x7f80u);
-        }
-        if (bad) {
-          FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc,
-                             dv);
-          FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
-          FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
-                              ws + t->v, t->ldv, o, t->ldv, 0);
-          continue;
+        // Scanned in the pack, whose pair rows are contiguous.
+        for (int e = 0; e < (nc + 1) / 2; e++) {
+          const uint32_t *vr = v2 + (size_t)e * ldv2;
+          for (int d = 0; d < dv; d++) {
+            const uint32_t x = vr[d] & 0x7f807f80u; // both exponents
+            bad |= (uint32_t)((x & 0xffffu) == 0x7f80u) |
+                   (uint32_t)((x >> 16) == 0x7f80u);
+          }
         }
       }
+      if (bad) {
+        FA_FN(online_softmax)(t, ws, nc);
+        FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
+        FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+        FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
+        FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
+                            ws + t->v, t->ldv, o, t->ldv, 0);
+        continue;
+      }
+      // The softmax step with P packed for the product as it is made.
       uint32_t *p2 = (uint32_t *)(ws + t->p2);
-      FA_FN(pack_p_bf16)(p2, ws + t->s, bq, nc);
-      FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, t->ldv,
-                       1);
+      FA_FN(bf16_softmax_p)(t, ws, nc, p2);
+      FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
+      FA_FN(bf16_pv)(nr, dv, nc, bq, p2, v2, ldv2, (uint32_t *)(ws + t->v), o,
+                     t->ldv);
       continue;
     }
 #endif
@@ -787,14 +838,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
     }
     FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
     FA_FN(online_softmax)(t, ws, nc);
-    for (int r = 0; r < nr; r++) {
-      if (mu[r] == 1.0f) continue;
-      float *orow = o + (size_t)r * t->ldv;
-      fa_vf a = vf_set1(mu[r]);
-      int d = 0;
-      for (; d + FA_VW <= dv; d += FA_VW) vf_store(orow + d, vf_mul(vf_load(orow + d), a));
-      for (; d < dv; d++) orow[d] *= mu[r];
-    }
+    FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
     // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
     // 0 * NaN = NaN: where the tile meets a mask and V holds inf or NaN
     // (a scan of nc x dv, 1/bq of the product), only visible pairs count.
@@ -876,9 +920,23 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
   size_t po_floats = splits > 1 ? (size_t)nwork * plan->block_q * dv : 0;
   size_t acc_pitch = ((size_t)dv + 15) / 16 * 16;
   size_t merge_floats = splits > 1 ? (size_t)nt * acc_pitch : 0;
-  float *ws = fa_cpu_workspace(st, sizeof(float) * (t.total * nt + ml_floats +
-                                                    po_floats + merge_floats));
+  size_t kv_floats = 0;
+#if FA_HAVE_DPBF16
+  FA_FN(kvpack) kv;
+  kv_floats = FA_FN(kvpack_plan)(p, plan, FA_SMALL_LANES, &kv);
+#else
+  const void *const kvp = NULL; // (no bf16 products here)
+#endif
+  float *ws = fa_cpu_workspace(
+      st, sizeof(float) * (t.total * nt + ml_floats + po_floats +
+                           merge_floats + kv_floats));
   if (!ws) return FA_ERR_OUT_OF_MEMORY;
+#if FA_HAVE_DPBF16
+  kv.k = (uint32_t *)(ws + t.total * nt + ml_floats + po_floats +
+                      merge_floats);
+  kv.v = kv.k + (size_t)p->a.batch * p->a.heads_kv * kv.rows * kv.ldk2;
+  const void *const kvp = &kv;
+#endif
   FA_FN(partials) part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
   float *merge_acc = part.o + po_floats;
 
@@ -886,9 +944,16 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
   {
     const int tid = FA_FN(thread_id)();
     float *mine = ws + t.total * (size_t)tid;
+#if FA_HAVE_DPBF16
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < kv.items; i++)
+      FA_FN(kvpack_item)(p, plan, args, &kv, i);
+    // (implicit barrier: K and V are packed)
+#endif
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < nwork; w++)
-      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part);
+      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part, kvp);
+    FA_TILE_STEP_END(); // the thread's tiles are free again
     if (splits > 1) {
       float *acc = merge_acc + acc_pitch * (size_t)tid;
 #pragma omp for schedule(dynamic, 1)

@@ -36,7 +36,12 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) {
 }
 /* min(a, 0), NaN kept (minps returns its second operand on NaN). */
 static inline fa_vf vf_min0(fa_vf a) { return _mm512_min_ps(_mm512_setzero_ps(), a); }
+#ifdef FA_INLINE_EXP
+#include "exp_avx512.h"
+static inline fa_vf vf_exp(fa_vf a) { return vf_exp_inline(a); }
+#else
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf16_u10avx512f(a); }
+#endif
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   __mmask16 k = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
   return _mm512_mask_mov_ps(a, k, _mm512_setzero_ps());
