@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "cpu_detect.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -136,7 +137,7 @@ static int isa_level(fa_cpu_isa isa) {
 }
 
 int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len) {
-  const char *cap = getenv("FA_CPU_MAX_ISA");
+  const char *cap = fa_config_string("FA_CPU_MAX_ISA");
   if (cap && *cap) {
     int cap_level = -1;
     for (int i = 0; i < 4; i++)
