@@ -184,9 +184,7 @@ typedef struct fa_tensor {
  * with ALiBi, then the mask. A row with no visible key has O = 0 and
  * LSE = -inf (or the sink logit with sinks). A NaN or +inf sink makes every
  * row of its head NaN (O and LSE), rows with no key included, as a NaN
- * ALiBi slope does; a -inf sink weighs nothing (as no sink). O and the
- * softmax sum are accumulated with compensation on the CPU backends: their
- * error does not grow with the row length (2^27 keys: tests/api).
+ * ALiBi slope does; a -inf sink weighs nothing (as no sink).
  *
  * Non-finite values (the float64 reference's rules; scores are fp32): a NaN
  * in q, k, v or dO reaches O, LSE and the gradients of exactly the rows
