@@ -7,8 +7,8 @@
 // promises to accept, at real sizes, and their one-off neighbours.
 #include <string.h>
 
-#include "overlap.h"
 #include "check.h"
+#include "overlap.h"
 
 enum { SPACE = 1024 };
 
