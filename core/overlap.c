@@ -175,7 +175,7 @@ static int views_equal(const fa_view *a, const fa_view *b) {
 
 static const char *party_name(const fa_party *p, char *buf, size_t len) {
   if (p->index < 0) return p->name;
-  snprintf(buf, len, "%s[%d]", p->name, p->index);
+  (void)snprintf(buf, len, "%s[%d]", p->name, p->index);
   return buf;
 }
 
