@@ -749,7 +749,7 @@ static int supports_sm90(const fa_problem *p, fa_dtype dtype, int dim,
     return 0;
   }
   if (p->a.seqlen_k == 0) {
-    snprintf(why, len, "seqlen_k 0 (a TMA map needs rows; the sm80 kernel "
+    (void)snprintf(why, len, "seqlen_k 0 (a TMA map needs rows; the sm80 kernel "
              "takes an empty cache)");
     return 0;
   }
