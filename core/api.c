@@ -273,17 +273,42 @@ static fa_status plan_build(fa_context *ctx, const fa_attention *a,
   return FA_OK;
 }
 
+/* An empty problem writes no tensor; an overwriting backward still owes
+   dsinks its value, 0 (a copy through the backend: device memory too). */
+static fa_status empty_backward_sinks(const struct fa_plan *p) {
+  const fa_attention *a = &p->prob.a;
+  if (p->layout.op != FA_OP_BACKWARD || !a->dsinks || !a->sinks ||
+      a->backward_mode != FA_BACKWARD_OVERWRITE)
+    return FA_OK;
+  float *zeros = calloc((size_t)a->heads_q, sizeof(float));
+  if (!zeros)
+    return fa_fail(FA_ERR_OUT_OF_MEMORY, "dsinks of an empty problem: out "
+                   "of memory");
+  fa_status s = plan_backend(p)->copy_to_device(
+      p->ctx->state[p->slot], a->dsinks, zeros,
+      (size_t)a->heads_q * sizeof(float));
+  free(zeros);
+  return s;
+}
+
 static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
                           float *lse_out, const float *lse_in) {
   fa_status s = layout_matches(p, call);
   if (s) return s;
-  if (call->op == FA_OP_BACKWARD && !lse_in)
+  const fa_attention *a = &p->prob.a;
+  // No query row: the forward writes nothing, and so does the backward
+  // unless there are keys (their gradients are then 0).
+  const int no_rows = fa_problem_empty(&p->prob);
+  if (call->op == FA_OP_BACKWARD && !lse_in && !no_rows)
     return fa_fail(INVALID,
                    "lse is NULL: backward needs the LSE forward produced");
   if ((s = check_problem_data(p, &call->q, &call->k, &call->v)) ||
       (s = check_tensors(p, call,
                          call->op == FA_OP_BACKWARD ? lse_in : lse_out)))
     return s;
+  if (no_rows && (call->op == FA_OP_FORWARD || a->batch == 0 ||
+                  a->seqlen_k == 0))
+    return empty_backward_sinks(p);
   void *state = p->ctx->state[p->slot];
   if (call->op == FA_OP_BACKWARD) {
     fa_bwd_args args = {call->q,  call->k,  call->v,  call->o,

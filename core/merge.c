@@ -8,16 +8,51 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "overlap.h"
 #include "registry.h"
 #include "softmax.h"
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 #define FA_MERGE_MAX_PARTS 4096
 
-/* Largest element offset of a [batch, seq, heads, dim] view. */
-static int64_t tensor_span(const fa_tensor *t, const int64_t n[4]) {
-  return (n[0] - 1) * t->stride_batch + (n[1] - 1) * t->stride_seq +
-         (n[2] - 1) * t->stride_head + (n[3] - 1);
+/* A [batch, seq, heads, dim] tensor as a party of the overlap check. */
+static fa_party tensor_party(const char *name, int index, const fa_tensor *t,
+                             const int64_t n[4], int output) {
+  fa_party x = {name, index,
+                {(uintptr_t)t->data, (int64_t)fa_dtype_size(t->dtype), 4,
+                 {n[0], n[1], n[2], n[3]},
+                 {t->stride_batch, t->stride_seq, t->stride_head, 1}},
+                output, 1};
+  return x;
+}
+
+static fa_party lse_party(const char *name, int index, const float *lse,
+                          int64_t count, int output) {
+  fa_party x = {name, index, fa_view_array(lse, count, 4), output, 2};
+  return x;
+}
+
+/* o may be exactly one of the parts (and lse exactly one part's lse): every
+   element is read before it is written. Any other overlap of an output with
+   anything is refused. */
+static fa_status check_merge_overlaps(int n, const fa_tensor *o_parts,
+                                      const float *const *lse_parts,
+                                      const int64_t ext[4], const fa_tensor *o,
+                                      float *lse) {
+  fa_party *parties = malloc(sizeof *parties * (2 * (size_t)n + 2));
+  if (!parties)
+    return fa_fail(FA_ERR_OUT_OF_MEMORY, "merge overlap check: out of memory");
+  const int64_t rows = ext[0] * ext[1] * ext[2];
+  int k = 0;
+  parties[k++] = tensor_party("o", -1, o, ext, 1);
+  parties[k++] = lse_party("lse", -1, lse, rows, 1);
+  for (int i = 0; i < n; i++) {
+    parties[k++] = tensor_party("o_parts", i, &o_parts[i], ext, 0);
+    parties[k++] = lse_party("lse_parts", i, lse_parts[i], rows, 0);
+  }
+  fa_status s = fa_parties_check(parties, k);
+  free(parties);
+  return s;
 }
 
 fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
@@ -31,11 +66,12 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
                    FA_MERGE_MAX_PARTS);
   if (!o_parts) return fa_fail(INVALID, "o_parts is NULL");
   if (!lse_parts) return fa_fail(INVALID, "lse_parts is NULL");
-  if (batch < 1) return fa_fail(INVALID, "batch=%d must be >= 1", batch);
-  if (seqlen < 1) return fa_fail(INVALID, "seqlen=%d must be >= 1", seqlen);
+  if (batch < 0) return fa_fail(INVALID, "batch=%d must be >= 0", batch);
+  if (seqlen < 0) return fa_fail(INVALID, "seqlen=%d must be >= 0", seqlen);
   if (heads < 1) return fa_fail(INVALID, "heads=%d must be >= 1", heads);
   if (head_dim < 1)
     return fa_fail(INVALID, "head_dim=%d must be >= 1", head_dim);
+  if (batch == 0 || seqlen == 0) return FA_OK; // nothing to merge or read
   int64_t ext[4] = {batch, seqlen, heads, head_dim};
   char name[32];
   for (int i = 0; i < n; i++) {
@@ -44,41 +80,10 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
     if (s) return s;
     if (!lse_parts[i]) return fa_fail(INVALID, "lse_parts[%d] is NULL", i);
   }
-  // o may alias a part with the same layout (and lse a part's lse): every
-  // element is read before it is written. Any other overlap is refused.
   fa_status s = fa_tensor_check("o", &o, ext, 1);
   if (s) return s;
-  const uintptr_t o0 = (uintptr_t)o.data,
-                  o1 = o0 + (uintptr_t)(tensor_span(&o, ext) + 1) *
-                                (o.dtype == FA_F32 ? 4u : 2u);
-  const size_t lse_bytes = (size_t)batch * heads * seqlen * sizeof(float);
-  for (int i = 0; i < n; i++) {
-    const fa_tensor *t = &o_parts[i];
-    uintptr_t p0 = (uintptr_t)t->data,
-              p1 = p0 + (uintptr_t)(tensor_span(t, ext) + 1) *
-                            (t->dtype == FA_F32 ? 4u : 2u);
-    int same = t->data == o.data && t->dtype == o.dtype &&
-               t->stride_batch == o.stride_batch &&
-               t->stride_seq == o.stride_seq && t->stride_head == o.stride_head;
-    if (o0 < p1 && p0 < o1 && !same)
-      return fa_fail(INVALID,
-                     "o overlaps o_parts[%d] with a different layout (only "
-                     "exact aliasing is allowed)",
-                     i);
-    if (lse) {
-      uintptr_t l0 = (uintptr_t)lse, l1 = l0 + lse_bytes,
-                q0 = (uintptr_t)lse_parts[i], q1 = q0 + lse_bytes;
-      if (l0 < q1 && q0 < l1 && lse != lse_parts[i])
-        return fa_fail(INVALID,
-                       "lse overlaps lse_parts[%d] at another offset (only "
-                       "exact aliasing is allowed)",
-                       i);
-      if (l0 < p1 && p0 < l1)
-        return fa_fail(INVALID, "lse overlaps o_parts[%d]", i);
-    }
-  }
-  if (lse && (uintptr_t)lse < o1 && o0 < (uintptr_t)lse + lse_bytes)
-    return fa_fail(INVALID, "lse overlaps o");
+  if ((s = check_merge_overlaps(n, o_parts, lse_parts, ext, &o, lse)))
+    return s;
   const fa_backend *b = fa_registry_at(ctx->idx[0])->backend;
   return b->merge_states(ctx->state[0], n, o_parts, lse_parts, batch, seqlen,
                          heads, head_dim, o, lse);

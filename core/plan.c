@@ -95,7 +95,7 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
       mul_sat(mul_sat(a->batch, a->heads_q / pack), out->num_q_blocks);
   int splits = 1;
   int max_splits = caps->max_splits > 1 ? caps->max_splits : 1;
-  if (base < caps->num_workers && max_splits > 1) {
+  if (base > 0 && base < caps->num_workers && max_splits > 1) {
     int64_t want = 2 * (int64_t)caps->num_workers / base;
     int64_t most = out->num_k_blocks / 2;
     if (want > most) want = most;

@@ -9,6 +9,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "overlap.h"
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 
@@ -60,11 +61,13 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
                    "dtype=%d is not FA_F32, FA_F16, FA_BF16, "
                    "FA_E4M3 or FA_E5M2",
                    (int)dtype);
-  if (a->batch < 1) return fa_fail(INVALID, "batch=%d must be >= 1", a->batch);
-  if (a->seqlen_q < 1)
-    return fa_fail(INVALID, "seqlen_q=%d must be >= 1", a->seqlen_q);
-  if (a->seqlen_k < 1)
-    return fa_fail(INVALID, "seqlen_k=%d must be >= 1", a->seqlen_k);
+  // 0 is valid: an empty batch or query set is a no-op, and a row with no
+  // keys (an empty KV cache) gives O = 0 and LSE = -inf (or the sink).
+  if (a->batch < 0) return fa_fail(INVALID, "batch=%d must be >= 0", a->batch);
+  if (a->seqlen_q < 0)
+    return fa_fail(INVALID, "seqlen_q=%d must be >= 0", a->seqlen_q);
+  if (a->seqlen_k < 0)
+    return fa_fail(INVALID, "seqlen_k=%d must be >= 0", a->seqlen_k);
   if (a->heads_q < 1)
     return fa_fail(INVALID, "heads_q=%d must be >= 1", a->heads_q);
   if (a->heads_kv < 1)
@@ -288,7 +291,10 @@ static int64_t view_span(const view *v) {
 
 static fa_status check_strides(const view *v) {
   static const char *axis[3] = {"stride_batch", "stride_seq", "stride_head"};
-  if (!v->t->data) return fa_fail(INVALID, "%s.data is NULL", v->name);
+  int empty = 0; // no element: nothing is read or written, NULL is fine
+  for (int i = 0; i < 4; i++) empty |= v->n[i] == 0;
+  if (!v->t->data && !empty)
+    return fa_fail(INVALID, "%s.data is NULL", v->name);
   // Kernels load whole elements: a pointer between elements (an f32 view 2
   // bytes into a 16-bit buffer, found by the fuzzer) would be a misaligned
   // access on every backend.
@@ -315,6 +321,8 @@ static fa_status check_strides(const view *v) {
 static fa_status check_no_self_overlap(const view *v) {
   static const char *axis[4] = {"stride_batch", "stride_seq", "stride_head",
                                 "dim"};
+  for (int i = 0; i < 4; i++)
+    if (v->n[i] == 0) return FA_OK; // empty: writes nothing
   int idx[4] = {0, 1, 2, 3};
   for (int i = 1; i < 4; i++)
     for (int j = i; j > 0 && v->s[idx[j]] < v->s[idx[j - 1]]; j--) {
@@ -414,30 +422,64 @@ fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
   return FA_OK;
 }
 
-static void byte_range(const fa_problem *p, const view *v, uintptr_t *lo,
-                       uintptr_t *hi) {
-  *lo = (uintptr_t)v->t->data;
-  // Each view in its own dtype: inputs and outputs may differ in size.
-  (void)p;
-  *hi = *lo + (uintptr_t)(view_span(v) + 1) * fa_dtype_size(v->t->dtype);
+/* The parties of a call: the tensors it was handed, then the problem's
+   own arrays and the inputs' descales. Each array is one line; a NULL
+   pointer is absent. */
+static fa_party tensor_party(const view *v, int output) {
+  fa_party x = {v->name, -1,
+                {(uintptr_t)v->t->data, (int64_t)fa_dtype_size(v->t->dtype), 4,
+                 {v->n[0], v->n[1], v->n[2], v->n[3]},
+                 {v->s[0], v->s[1], v->s[2], v->s[3]}},
+                output, 0};
+  return x;
 }
 
-static fa_status check_disjoint(const fa_problem *p, const view *out,
-                                const view *other) {
-  uintptr_t a0, a1, b0, b1;
-  byte_range(p, out, &a0, &a1);
-  byte_range(p, other, &b0, &b1);
-  if (a0 < b1 && b0 < a1)
-    return fa_fail(INVALID, "%s overlaps %s in memory", out->name,
-                   other->name);
-  return FA_OK;
+static fa_party array_party(const char *name, const void *ptr, int64_t count,
+                            int64_t elem_bytes, int output) {
+  fa_party x = {name, -1, fa_view_array(ptr, count, elem_bytes), output, 0};
+  return x;
 }
 
-/* Validate inputs, then outputs (each non-self-overlapping and disjoint from
-   every input and every other output). */
+static int64_t descale_count(const fa_problem *p, const fa_tensor *t) {
+  return t->descale_per_head ? (int64_t)p->a.batch * p->a.heads_kv : 1;
+}
+
+/* in[0..2] are q, k, v. dsinks is written by the backward only. */
+static int problem_arrays(const fa_problem *p, const view *in, int backward,
+                          fa_party *out) {
+  const fa_attention *a = &p->a;
+  const int64_t nb = a->batch;
+  int n = 0;
+  out[n++] = array_party("alibi_slopes", a->alibi_slopes, a->heads_q, 4, 0);
+  out[n++] = array_party("sinks", a->sinks, a->heads_q, 4, 0);
+  out[n++] = array_party("cu_seqlens_q", a->cu_seqlens_q, nb + 1, 4, 0);
+  out[n++] = array_party("cu_seqlens_k", a->cu_seqlens_k, nb + 1, 4, 0);
+  out[n++] = array_party("seqused_k", a->seqused_k, nb, 4, 0);
+  out[n++] = array_party("block_table", a->block_table,
+                         nb * a->max_blocks_per_seq, 4, 0);
+  out[n++] = array_party("q_positions", a->q_positions, nb, 8, 0);
+  out[n++] = array_party("k_positions", a->k_positions, nb, 8, 0);
+  out[n++] = array_party("q.descale", in[0].t->descale,
+                         descale_count(p, in[0].t), 4, 0);
+  out[n++] = array_party("k.descale", in[1].t->descale,
+                         descale_count(p, in[1].t), 4, 0);
+  out[n++] = array_party("v.descale", in[2].t->descale,
+                         descale_count(p, in[2].t), 4, 0);
+  if (backward && a->sinks)
+    out[n++] = array_party("dsinks", a->dsinks, a->heads_q, 4, 1);
+  return n;
+}
+
+#define FA_MAX_PARTIES 32
+
+/* Validate inputs, then outputs (each non-self-overlapping), then that no
+   output shares a byte with any other party: tensors, the lse (lse_output:
+   written or read; NULL while a plan is made, each run brings its own),
+   and the problem's arrays. */
 static fa_status check_views(const fa_problem *p, const view *in, int n_in,
                              const int *in_varlen, const view *out, int n_out,
-                             const int *out_varlen) {
+                             const int *out_varlen, const float *lse,
+                             int lse_output) {
   fa_status s;
   // The first three inputs are q, k, v; o and do follow in the backward.
   for (int i = 0; i < n_in; i++)
@@ -448,12 +490,16 @@ static fa_status check_views(const fa_problem *p, const view *in, int n_in,
     if ((s = check_view(p, &out[i], out_varlen[i], VIEW_OUTPUT_GROUP)))
       return s;
     if ((s = check_no_self_overlap(&out[i]))) return s;
-    for (int j = 0; j < n_in; j++)
-      if ((s = check_disjoint(p, &out[i], &in[j]))) return s;
-    for (int j = 0; j < i; j++)
-      if ((s = check_disjoint(p, &out[i], &out[j]))) return s;
   }
-  return FA_OK;
+  fa_party parties[FA_MAX_PARTIES];
+  int n = 0;
+  for (int i = 0; i < n_out; i++) parties[n++] = tensor_party(&out[i], 1);
+  for (int i = 0; i < n_in; i++) parties[n++] = tensor_party(&in[i], 0);
+  parties[n++] = array_party("lse", lse,
+                             (int64_t)p->a.batch * p->a.heads_q * p->a.seqlen_q,
+                             4, lse_output);
+  n += problem_arrays(p, in, !lse_output, parties + n);
+  return fa_parties_check(parties, n);
 }
 
 fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,
@@ -465,23 +511,7 @@ fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,
   view out[1] = {q_view(p, "o", o, a->head_dim_v)};
   int vk = p->varlen_k, vq = p->varlen_q;
   int in_varlen[3] = {vq, vk, vk}, out_varlen[1] = {vq};
-  fa_status s = check_views(p, in, 3, in_varlen, out, 1, out_varlen);
-  if (s) return s;
-  if (lse) {
-    uintptr_t l0 = (uintptr_t)lse,
-              l1 = l0 + (uintptr_t)a->batch * (uintptr_t)a->heads_q *
-                       (uintptr_t)a->seqlen_q * 4u;
-    for (int i = 0; i < 3; i++) {
-      uintptr_t b0, b1;
-      byte_range(p, &in[i], &b0, &b1);
-      if (l0 < b1 && b0 < l1)
-        return fa_fail(INVALID, "lse overlaps %s in memory", in[i].name);
-    }
-    uintptr_t o0, o1;
-    byte_range(p, &out[0], &o0, &o1);
-    if (l0 < o1 && o0 < l1) return fa_fail(INVALID, "lse overlaps o in memory");
-  }
-  return FA_OK;
+  return check_views(p, in, 3, in_varlen, out, 1, out_varlen, lse, 1);
 }
 
 fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
@@ -498,19 +528,5 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
   view out[3] = {q_view(p, "dq", dq, dh), k_view(p, "dk", dk, dh),
                  k_view(p, "dv", dv, dvd)};
   int in_varlen[5] = {vq, vk, vk, vq, vq}, out_varlen[3] = {vq, vk, vk};
-  fa_status s = check_views(p, in, 5, in_varlen, out, 3, out_varlen);
-  if (s) return s;
-  // lse is an input too: no gradient may overlap it. (NULL when a plan is
-  // made: each run brings its own.)
-  if (!lse) return FA_OK;
-  uintptr_t l0 = (uintptr_t)lse,
-            l1 = l0 + (uintptr_t)a->batch * (uintptr_t)a->heads_q *
-                     (uintptr_t)a->seqlen_q * 4u;
-  for (int i = 0; i < 3; i++) {
-    uintptr_t b0, b1;
-    byte_range(p, &out[i], &b0, &b1);
-    if (l0 < b1 && b0 < l1)
-      return fa_fail(INVALID, "%s overlaps lse in memory", out[i].name);
-  }
-  return FA_OK;
+  return check_views(p, in, 5, in_varlen, out, 3, out_varlen, lse, 0);
 }

@@ -50,7 +50,10 @@ static inline float fa_tensor_descale(const fa_tensor *t, int heads_kv, int b,
                              : t->descale[0];
 }
 
-/* Validate the forward tensors (dtype, strides, self-overlap of o). */
+/* Validate the forward tensors (dtype, strides, self-overlap of o) and that
+   no output shares a byte with any other party of the call (overlap.h).
+   Reads no array: varlen extents come from rows_q / rows_k, which must be
+   filled in; the arrays' addresses are parties. */
 fa_status fa_problem_check_forward(const fa_problem *p, const fa_tensor *q,
                                    const fa_tensor *k, const fa_tensor *v,
                                    const fa_tensor *o, const float *lse);
@@ -67,6 +70,13 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
    overlap itself. Used where no fa_problem exists (fa_merge_states). */
 fa_status fa_tensor_check(const char *name, const fa_tensor *t,
                           const int64_t n[4], int is_output);
+
+/* No query row at all (batch 0 or seqlen_q 0): the forward is a no-op the
+   core answers without a kernel; the backward still runs when there are
+   keys, whose gradients are then 0. */
+static inline int fa_problem_empty(const fa_problem *p) {
+  return p->a.batch == 0 || p->a.seqlen_q == 0;
+}
 
 /* Real lengths of sequence b (host-readable arrays). */
 static inline int fa_seq_len_q(const fa_problem *p, int b) {

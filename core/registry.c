@@ -211,6 +211,14 @@ static fa_status select_forced(const char *name, const char *source, int *idx,
   return FA_OK;
 }
 
+/* The host has one device; GPU backends check theirs when a context opens. */
+static fa_status check_device(int memory_space, int device) {
+  if (memory_space == FA_MEMORY_HOST && device != 0)
+    return fa_fail(FA_ERR_NO_DEVICE,
+                   "device=%d: CPU backends have only device 0", device);
+  return FA_OK;
+}
+
 fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
                              int *n, int *forced) {
   ensure_init();
@@ -228,7 +236,9 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
     int i = fa_registry_find(env);
     if (kind == FA_BACKEND_AUTO || i < 0 || entries[i].backend->kind == kind) {
       *forced = 1;
-      return select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
+      fa_status s =
+          select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
+      return s ? s : check_device(entries[idx[0]].backend->memory_space, device);
     }
     if (log_dispatch)
       fa_log("%s=%s ignored: the context asks for kind %s",
@@ -255,9 +265,8 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
                    why[0] ? why : "");
   }
   int space = entries[best].backend->memory_space;
-  if (space == FA_MEMORY_HOST && device != 0)
-    return fa_fail(FA_ERR_NO_DEVICE,
-                   "device=%d: CPU backends have only device 0", device);
+  fa_status s = check_device(space, device);
+  if (s) return s;
   for (int i = 0; i < num_entries && *n < FA_MAX_BACKENDS; i++)
     if (entries[i].usable && entries[i].backend->memory_space == space &&
         (kind == FA_BACKEND_AUTO || entries[i].backend->kind == kind))

@@ -18,6 +18,17 @@
  *   block tables, slopes, sinks, lse) lives in the context's memory space:
  *   host memory for CPU backends, device memory for GPU backends (allocate it
  *   with fa_malloc() to stay portable).
+ * - Overlap: no output of a call may share a byte with any other party of
+ *   it (an input or output tensor, lse, an index or position array, the
+ *   slopes, sinks, dsinks or descales): FA_ERR_INVALID_ARGUMENT naming both.
+ *   The test is on elements, not address ranges, so interleaved views are
+ *   fine (q, k, v, o in one [B, S, 4, H, D] buffer; dq, dk, dv packed
+ *   [B, S, 3, H, D]). Views whose strides do not nest may be refused
+ *   conservatively; the message then says so. Inputs may overlap freely.
+ * - Empty problems: batch 0 or seqlen_q 0 is a successful no-op (the
+ *   backward still writes dk = dv = 0 when there are keys), and seqlen_k 0
+ *   gives every row O = 0 and LSE = -inf (or its sink). A tensor view with
+ *   no element may have a NULL data pointer.
  */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
@@ -171,7 +182,9 @@ typedef struct fa_tensor {
  * causal sets window_right to 0). Scores are `s = scale * q.k`, then
  * `cap * tanh(s / cap)` if softcap > 0, then `s -= slope[h] * |Pq - Pk|`
  * with ALiBi, then the mask. A row with no visible key has O = 0 and
- * LSE = -inf (or the sink logit with sinks).
+ * LSE = -inf (or the sink logit with sinks). A NaN or +inf sink makes every
+ * row of its head NaN (O and LSE), rows with no key included, as a NaN
+ * ALiBi slope does; a -inf sink weighs nothing (as no sink).
  *
  * Non-finite values (the float64 reference's rules; scores are fp32): a NaN
  * in q, k, v or dO reaches O, LSE and the gradients of exactly the rows
@@ -198,9 +211,10 @@ typedef struct fa_attention {
    * version's header is refused (FA_ERR_INVALID_ARGUMENT naming struct_size),
    * never misread. */
   size_t struct_size;
-  int batch;       /**< Number of sequences (>= 1). */
-  int seqlen_q;    /**< Query length; the maximum one when varlen. */
-  int seqlen_k;    /**< Key length; the maximum one when varlen or paged. */
+  int batch;       /**< Number of sequences (>= 0; 0 is a no-op). */
+  int seqlen_q;    /**< Query length; the maximum one when varlen (>= 0). */
+  int seqlen_k;    /**< Key length; the maximum one when varlen or paged
+                        (>= 0; 0: every row sees no key). */
   int heads_q;     /**< Query heads (>= 1). */
   int heads_kv;    /**< Key/value heads; heads_q % heads_kv == 0 (GQA/MQA):
                         query head h reads kv head h / (heads_q / heads_kv). */
@@ -394,7 +408,8 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
  * q: [batch, seqlen_q, heads_q, head_dim]; k: [.., seqlen_k, heads_kv,
  * head_dim]; v: [.., seqlen_k, heads_kv, head_dim_v]; o: [.., seqlen_q,
  * heads_q, head_dim_v]. q, k, v share the input dtype; o has the output
- * dtype (see ::fa_tensor). o must not overlap itself.
+ * dtype (see ::fa_tensor). o must not overlap itself, nor (with lse) any
+ * other party of the call (see Overlap at the top).
  * @param lse [batch][heads_q][seqlen_q] fp32 natural-log log-sum-exp, or NULL.
  * Deterministic run to run. On a GPU context, asynchronous on its stream.
  * Equivalent to fa_plan_create() + fa_plan_forward() + fa_plan_destroy().
@@ -421,8 +436,10 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_attention *a,
  * [batch, seqlen, heads, head_dim]; lse_parts[i] is [batch][heads][seqlen]
  * fp32. A part whose lse is -inf contributes nothing. @p lse may be NULL.
  * In place is allowed: @p o may be exactly one of the parts (same pointer,
- * dtype and strides) and @p lse exactly one of lse_parts; any other overlap
- * is FA_ERR_INVALID_ARGUMENT.
+ * element size and strides) and @p lse exactly one of lse_parts; any other
+ * overlap of o or lse with a part or a part's lse is FA_ERR_INVALID_ARGUMENT
+ * (interleaved parts, disjoint element by element, are fine). batch 0 or
+ * seqlen 0 is a no-op.
  */
 FA_API fa_status fa_merge_states(fa_context *ctx, int n,
                                  const fa_tensor *o_parts,

@@ -561,8 +561,17 @@ static float FA_FN(sink)(const fa_problem *p, int h) {
    never the silent O = 0, LSE = -inf of a row with no key. */
 static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
                              int i, int64_t shift, int sk, float *lse) {
-  float inv = fa_softmax_finalize(m, l, FA_FN(sink)(p, h), lse);
-  if (m == -INFINITY && !p->a.sinks) {
+  float sink = FA_FN(sink)(p, h);
+  // A NaN or +inf sink logit makes every row of its head NaN, rows with no
+  // key included (as a NaN ALiBi slope does); a -inf one weighs nothing.
+  // (fa_softmax_finalize reads NaN as "no sink".)
+  if (p->a.sinks && (isnan(sink) || sink == INFINITY)) {
+    *lse = NAN;
+    return NAN;
+  }
+  if (sink == -INFINITY) sink = NAN;
+  float inv = fa_softmax_finalize(m, l, sink, lse);
+  if (m == -INFINITY && isnan(sink)) {
     int lo, hi;
     fa_visible_keys(p, shift, i, sk, &lo, &hi);
     if (lo < hi) {

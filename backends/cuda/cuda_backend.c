@@ -748,6 +748,11 @@ static int supports_sm90(const fa_problem *p, fa_dtype dtype, int dim,
                    "paged KV (the sm80 kernel reads the block table)");
     return 0;
   }
+  if (p->a.seqlen_k == 0) {
+    (void)snprintf(why, len, "seqlen_k 0 (a TMA map needs rows; the sm80 kernel "
+             "takes an empty cache)");
+    return 0;
+  }
   if (p->a.seqlen_q < 64 && !env_set("FA_SM90_FORCE")) {
     (void)snprintf(why, len,
                    "seqlen_q %d < 64 (decode: the sm80 decode tile packs "

@@ -309,10 +309,13 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
   if (e != cudaSuccess) return (int)e;
   const int64_t nkb = (p->seqlen_k + kBwdKeys - 1) / kBwdKeys;
   const int64_t ctas = nkb * p->heads_kv * p->batch;
-  bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);
+  // (no keys, or no queries: an empty grid is not launched)
+  if (ctas > 0)
+    bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
-  bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
+  if (n > 0)
+    bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
   return (int)cudaGetLastError();
 }
 

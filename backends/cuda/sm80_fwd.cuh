@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       if (p.num_splits == 1) {
         float lse;
         const float f =
-            fa_gpu_finalize(m_nat, l, p.sinks ? p.sinks[h] : NAN, &lse);
+            fa_gpu_finalize_sinks(m_nat, l, p.sinks, h, &lse);
         T *dst = go + fa_gpu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)

@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
           mrow[hr] == -INFINITY ? -INFINITY : mrow[hr] * mul * kLn2;
       float lse;
       const float f =
-          fa_gpu_finalize(m_nat, l, p.sinks ? p.sinks[t.h] : NAN, &lse);
+          fa_gpu_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
       T *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NO; n++)

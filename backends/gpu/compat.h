@@ -192,8 +192,14 @@ struct fa_gpu_bf16 {
   } break;                                                                     \
   }
 
-/* Launch on either runtime (kernel<<<>>> works under HIP clang too). */
+/* Launch on either runtime (kernel<<<>>> works under HIP clang too). An
+   empty grid (no keys or no queries: seqlen 0) is not launched, since the
+   runtimes reject it. */
 #define FA_GPU_LAUNCH(kernel, grid, block, smem, stream, ...)                  \
-  kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+  do {                                                                         \
+    const dim3 fa_grid_ = dim3(grid);                                          \
+    if (fa_grid_.x && fa_grid_.y && fa_grid_.z)                                \
+      kernel<<<fa_grid_, (block), (smem), (stream)>>>(__VA_ARGS__);            \
+  } while (0)
 
 #endif

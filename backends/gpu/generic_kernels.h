@@ -42,10 +42,6 @@ FA_GPU_DEVICE void load_row(float *dst, const typename T::storage *base,
   for (int c = lane; c < n; c += FA_GPU_WARP) dst[c] = T::load(base + off + c);
 }
 
-FA_GPU_DEVICE float sink_of(const fa_gpu_params &p, int h) {
-  return p.sinks ? p.sinks[h] : NAN;
-}
-
 FA_GPU_DEVICE float ld_any(const void *base, int dtype, int64_t i) {
   if (dtype == 0) return fa_gpu_f32::load((const float *)base + i);
   if (dtype == 1) return fa_gpu_f16::load((const uint16_t *)base + i);
@@ -130,7 +126,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       }
     }
     if (p.num_splits == 1) {
-      float lse, f = fa_gpu_finalize(m, l, sink_of(p, h), &lse);
+      float lse, f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
       store_row<T>(p, b, h, i, acc, f, lse, lane);
     } else {
       const int64_t at = w * p.block_q + r;
@@ -179,7 +175,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       acc[u] = how == 1 ? ob : acc[u] * wa + ob * wb;
     }
   }
-  float lse, f = fa_gpu_finalize(m, l, sink_of(p, h), &lse);
+  float lse, f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
   store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
 }
 

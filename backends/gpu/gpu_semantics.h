@@ -209,4 +209,17 @@ FA_GPU_HD float fa_gpu_finalize(float m, float l, float sink, float *lse) {
   return 1.0f / l;
 }
 
+/* fa_gpu_finalize with head h's sink from sinks (NULL = none): a NaN or
+   +inf sink makes the row NaN (O and LSE), a -inf one weighs nothing, as
+   on the CPU backends. */
+FA_GPU_HD float fa_gpu_finalize_sinks(float m, float l, const float *sinks,
+                                      int h, float *lse) {
+  const float sink = sinks ? sinks[h] : -INFINITY;
+  if (isnan(sink) || sink == INFINITY) {
+    *lse = NAN;
+    return NAN;
+  }
+  return fa_gpu_finalize(m, l, sink == -INFINITY ? NAN : sink, lse);
+}
+
 #endif

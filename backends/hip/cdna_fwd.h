@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   if (!active) return; // no barrier follows
   if (p.num_splits == 1) {
     float lse;
-    const float f = fa_gpu_finalize(m, l, p.sinks ? p.sinks[h] : NAN, &lse);
+    const float f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
     typename T::storage *out = (typename T::storage *)p.o.data;
     const int64_t off = fa_gpu_q_offset(&p, &p.o, b, i, h);
 #pragma unroll

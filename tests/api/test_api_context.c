@@ -325,7 +325,7 @@ static void test_explain(void) {
         "cpu-scalar line for head_dim 600: \"%s\"", line);
 
   a.head_dim = 64;
-  a.batch = 0;
+  a.batch = -1;
   n = fa_explain(&a, FA_F32, buf, sizeof buf);
   CHECK(n > 0 && strstr(buf, "batch") != NULL,
         "explain of an invalid problem does not say what is wrong: \"%s\"",

@@ -17,7 +17,7 @@ static const char *backend;
 
 // Rows of q/o padded: stride_seq = HQ*D + 5, stride_head = D + 1.
 static fa_tensor padded(float *p, int seq, int heads) {
-  fa_tensor t;
+  fa_tensor t = {0};
   t.data = p;
   t.dtype = FA_F32;
   t.stride_head = D + 1;

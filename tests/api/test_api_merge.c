@@ -89,7 +89,7 @@ static void test_dense_halves(void) {
 
   // A strided output (BHSD) receives the same values.
   static float o_bhsd[NO];
-  fa_tensor t;
+  fa_tensor t = {0};
   t.data = o_bhsd;
   t.dtype = FA_F32;
   t.stride_batch = (int64_t)HQ * SQ * DV;

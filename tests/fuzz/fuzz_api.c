@@ -224,7 +224,8 @@ static void run_explain(fz_case *c, fz_in *in) {
 static int problem_sane(const fz_case *c) {
   const fa_attention *a = &c->a;
   if (!c->arrays_ok) return 0;
-  if (a->batch < 1 || a->seqlen_q < 1 || a->seqlen_k < 1 || a->heads_q < 1 ||
+  // (0 batches, queries or keys: an empty problem, valid)
+  if (a->batch < 0 || a->seqlen_q < 0 || a->seqlen_k < 0 || a->heads_q < 1 ||
       a->heads_kv < 1 || a->heads_q % a->heads_kv || a->head_dim < 1 ||
       a->head_dim_v < 0)
     return 0;

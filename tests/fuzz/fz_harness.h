@@ -194,6 +194,10 @@ fz_buf *lse_buf(fz_case *c);
 size_t lse_bytes(const fz_case *c);
 float *lse_ptr(fz_case *c);
 int overlaps(range a, range b);
+/* Whether views a and b (extents ext) share a byte, by painting the
+   buffer [lo, hi) they both lie in. */
+int tensors_meet(const fa_tensor *a, const fa_tensor *b, const int64_t ext[4],
+                 uintptr_t lo, uintptr_t hi);
 int call_overlaps(fz_case *c, const int *outs, int n_out, const int *ins,
                   int n_in, int lse_is_output);
 void all_snapshot(fz_case *c);

@@ -100,14 +100,13 @@ static int check_args(const fa_attention *a, const fa_tensor *q,
   const char *why = NULL;
   if (!a)
     why = "problem is NULL";
-  else if (a->batch < 1 || a->seqlen_q < 1 || a->seqlen_k < 1)
-    why = "batch/seqlen_q/seqlen_k must be >= 1";
+  else if (a->batch < 0 || a->seqlen_q < 0 || a->seqlen_k < 0)
+    why = "batch/seqlen_q/seqlen_k must be >= 0";
   else if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
     why = "heads_q must be a positive multiple of heads_kv";
   else if (a->head_dim < 1 || a->head_dim_v < 0)
     why = "head_dim must be >= 1 and head_dim_v >= 0";
-  else if (!q->data || !k->data || !v->data || (d_o && !d_o->data))
-    why = "a tensor's data is NULL";
+  // (A NULL tensor is an empty view, which the loops never read.)
   else if (q->dtype != k->dtype || q->dtype != v->dtype ||
            !fa_dtype_valid(q->dtype) ||
            (d_o &&
@@ -296,7 +295,9 @@ int fa_oracle_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
           double m;
           int n = row_scores_d(a, &d, b, h, i, sk, qrow, K, raw, s, vis, &m);
           if (a->sinks && sink > m) m = sink;
-          if (n == 0 && !a->sinks) continue; // O = 0, LSE = -inf
+          // O = 0, LSE = -inf (a -inf sink weighs nothing; a NaN one
+          // makes the row NaN)
+          if (n == 0 && sink == -INFINITY) continue;
           // Pass 2: exponentials, their sum and the weighted sum of V.
           double l = a->sinks ? exp(sink - m) : 0.0;
           for (int c = 0; c < d.DV; c++) acc[c] = 0.0;
