@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The HIP backend "hip-cdna" (AMD Instinct MI200 gfx90a, MI300 gfx942), as
-// the loadable module libflashattn-hip.so.
+// The HIP backend "hip" (AMD Instinct MI200 gfx90a, MI300 gfx942), as the
+// loadable module libflashattn-hip.so.
 //
 // The core dlopens this module at first use and calls fa_module_backends()
 // (FA_MODULE_ENTRY) with its services. The module links libamdhip64: where
@@ -10,19 +10,23 @@
 // architecture this build has no code for). fa_explain() and
 // FA_LOG=dispatch print both; nothing crashes.
 //
-// Host side of every call: set the context's device, fill one fa_gpu_params
-// (backends/gpu/gpu_host.h) from the validated problem and the core's plan, take scratch from the
-// context's workspace (grown on demand), enqueue on the context's stream,
-// check every HIP call. Failures become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY
-// for allocations) with hipGetErrorString's text, through core->fail.
+// Each kernel owns its admission and its plan (core/backend.h); plan()
+// reserves the scratch the plan needs in the context's workspace, so that
+// a call fills one fa_gpu_params (backends/gpu/gpu_host.h), enqueues on the
+// context's stream and neither allocates, copies nor synchronises; it runs
+// exactly the kernel dispatch chose. Every HIP call is checked: failures
+// become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY for allocations) with
+// hipGetErrorString's text, through core->fail.
 //
-// Kernels, best first:
+// Kernels (dispatch takes the highest score among those that accept):
 //   hip.cdna.<bf16|f16>.d<64|128|256>  MFMA forward (cdna_fwd.h), head_dim ==
-//       head_dim_v; every mask, softcap, ALiBi, sinks, GQA packing, varlen,
-//       paged KV, split-KV, LSE. Backward: the next kernel.
+//       head_dim_v, 16-byte aligned tensors; every mask, softcap, ALiBi,
+//       sinks, GQA packing, varlen, paged KV, split-KV, LSE. Forward only.
+//       Score 20.
 //   hip.generic  every problem with head dims <= 256, forward and backward
-//       (backends/gpu/generic_kernels.h, wave64).
-// FA_HIP_GENERIC=1 in the environment makes the MFMA kernels say no.
+//       (backends/gpu/generic_kernels.h, wave64). Score 0.
+// For triage and tests, bind a context to a kernel by name
+// (fa_context_create_by_name(&ctx, "hip.generic")).
 #include <hip/hip_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
@@ -40,7 +44,7 @@
 
 static const fa_core_services *core; // set once by fa_module_backends()
 
-#define BACKEND_NAME "hip-cdna"
+#define BACKEND_NAME "hip"
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -48,10 +52,8 @@ static const fa_core_services *core; // set once by fa_module_backends()
    (ROCm 5.2 returns the name for both). */
 static void hip_text(hipError_t e, char *buf, size_t len) {
   const char *text = hipGetErrorString(e), *name = hipGetErrorName(e);
-  if (strcmp(text, name) == 0)
-    (void)snprintf(buf, len, "%s", name);
-  else
-    (void)snprintf(buf, len, "%s (%s)", text, name);
+  if (strcmp(text, name) == 0) snprintf(buf, len, "%s", name);
+  else snprintf(buf, len, "%s (%s)", text, name);
 }
 
 static fa_status hip_fail(hipError_t e, const char *what) {
@@ -98,8 +100,8 @@ typedef struct hip_state {
   size_t ws_bytes;
 } hip_state;
 
-/* CU count of device 0, read by the probe, for plans made without a context
-   (fa_explain). 304 is an MI300X. */
+/* CU count of device 0, read by the probe: what a query without a context
+   (fa_explain) describes. 304 is an MI300X. */
 static int probed_cus = 304;
 
 static int probe(char *why, size_t len) {
@@ -108,7 +110,7 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess || n < 1) {
     char text[160] = "0 devices";
     if (e != hipSuccess) hip_text(e, text, sizeof text);
-    (void)snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
+    snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
     (void)hipGetLastError();
     return 0;
   }
@@ -117,16 +119,15 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess) {
     char text[160];
     hip_text(e, text, sizeof text);
-    (void)snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
+    snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
     (void)hipGetLastError();
     return 0;
   }
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base)) {
-    (void)snprintf(why, len,
-                   "device 0 (%s) is %s; this build of %s has code for %s "
-                   "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
-                   prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
+    snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
+             "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
+             prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
     return 0;
   }
   if (prop.multiProcessorCount > 0) probed_cus = prop.multiProcessorCount;
@@ -168,23 +169,6 @@ static void ctx_destroy(void *state) {
   free(st);
 }
 
-static void capabilities(void *state, fa_caps *caps) {
-  const hip_state *st = state;
-  // A planning budget, not the LDS size: the planner's formula counts fp32
-  // tiles and 512 KB makes it choose B_r = 128 (the MFMA tile's 4 wavefronts
-  // x 32 queries) and B_c = 64 for every head dim up to 256. The kernels
-  // keep 16-bit K/V tiles of their own width in LDS (cdna_fwd.h), so B_c is
-  // only the split-KV granularity.
-  caps->fast_mem_bytes = 512 * 1024;
-  caps->num_workers = 2 * (st ? st->cu_count : probed_cus);
-  caps->tile_align = 32;             // MFMA 32x32 granularity
-  caps->max_block_q = FA_CDNA_BLOCK_Q;
-  caps->max_block_k = 64;
-  caps->max_splits = 128;
-  caps->pack_gqa = 1;        // both forward kernels take (row, head) lanes
-  caps->max_small_lanes = 0; // a tile spans one kv head
-}
-
 static fa_status set_stream(void *state, void *stream) {
   ((hip_state *)state)->stream = (hipStream_t)stream;
   return FA_OK;
@@ -196,7 +180,8 @@ static fa_status use_device(const hip_state *st) {
 }
 
 /* Scratch of at least `bytes`, owned by the context. Growing waits for the
-   work queued on the stream, which may still read the old buffer. */
+   work queued on the stream, which may still read the old buffer: plans
+   grow it (plan_reserve) so that calls neither allocate nor synchronise. */
 static fa_status workspace(hip_state *st, size_t bytes, void **out) {
   if (bytes <= st->ws_bytes) {
     *out = st->ws;
@@ -270,28 +255,28 @@ static fa_status synchronize(void *state) {
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
-  (void)snprintf(what, sizeof what, "launching %s", kernel);
+  snprintf(what, sizeof what, "launching %s", kernel);
   return hip_fail((hipError_t)err, what);
 }
 
-/* Workspace for the split partials, if the plan splits the keys. */
-static fa_status split_scratch(hip_state *st, fa_gpu_params *q) {
-  size_t bytes = fa_gpu_split_bytes(q);
-  if (!bytes) return FA_OK;
-  void *ws = NULL;
-  fa_status s = workspace(st, bytes, &ws);
-  if (!s) fa_gpu_place_split(q, ws);
-  return s;
+/* The scratch a plan reserved (a call that finds less grows it). */
+static fa_status plan_scratch(hip_state *st, const fa_plan_data *plan,
+                              void **ws) {
+  *ws = NULL;
+  if (!plan->workspace_bytes) return FA_OK;
+  return workspace(st, plan->workspace_bytes, ws);
 }
 
 /* ---- forward ------------------------------------------------------------- */
 
-static fa_status run_forward(hip_state *st, fa_gpu_params *q,
-                             fa_gpu_launch_fn fn, const char *name) {
+static fa_status run_forward(hip_state *st, const fa_plan_data *plan,
+                             fa_gpu_params *q, fa_gpu_launch_fn fn,
+                             const char *name) {
   fa_status s = use_device(st);
   if (s) return s;
-  if ((s = fa_gpu_grid_fits(core, q->num_work, name))) return s;
-  if ((s = split_scratch(st, q))) return s;
+  void *ws;
+  if ((s = plan_scratch(st, plan, &ws))) return s;
+  if (q->num_splits > 1) fa_gpu_place_split(q, ws);
   if ((s = launched(fn(q, st->stream), name))) return s;
   if (q->num_splits > 1)
     return launched(fa_hip_launch_combine(q, st->stream),
@@ -303,8 +288,8 @@ static fa_status fwd_generic(void *state, const fa_problem *p,
                              const fa_plan_data *plan, const fa_fwd_args *a) {
   fa_gpu_params q;
   fa_gpu_fill_forward(&q, p, plan, a);
-  return run_forward(state, &q, fa_hip_launch_fwd_generic,
-                     "hip.generic forward");
+  return run_forward(state, plan, &q, fa_hip_launch_fwd_generic,
+                     "hip.generic");
 }
 
 #define FA_DTYPE_bf16 FA_BF16
@@ -333,17 +318,13 @@ static const cdna_instance *cdna_find(fa_dtype dtype, int dim) {
 static fa_status fwd_cdna(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   const cdna_instance *inst = cdna_find(p->dtype, p->a.head_dim);
+  if (!inst)
+    return core->fail(FA_ERR_BACKEND, "%s: hip.cdna.%s.d%d is not compiled "
+                      "in", BACKEND_NAME, fa_gpu_dtype_name(p->dtype),
+                      p->a.head_dim);
   fa_gpu_params q;
   fa_gpu_fill_forward(&q, p, plan, a);
-  if (plan->block_q > FA_CDNA_BLOCK_Q) {
-    // Not reachable with this module's capabilities; kept as a guard.
-    if (core->log_enabled())
-      core->log("  %s %s: block_q %d > %d; running hip.generic", BACKEND_NAME,
-                inst->name, plan->block_q, FA_CDNA_BLOCK_Q);
-    return run_forward(state, &q, fa_hip_launch_fwd_generic,
-                       "hip.generic forward");
-  }
-  return run_forward(state, &q, inst->launch, inst->name);
+  return run_forward(state, plan, &q, inst->launch, inst->name);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -359,11 +340,8 @@ static fa_status bwd_generic(void *state, const fa_problem *p,
   if (s) return s;
   fa_gpu_params q;
   fa_gpu_fill_backward(&q, p, plan, a);
-  if ((s = fa_gpu_generic_bwd_fits(core, &q, "hip.generic backward")))
-    return s;
-  void *ws = NULL;
-  if ((s = workspace(st, (size_t)fa_gpu_rows_q(&q) * sizeof(float), &ws)))
-    return s;
+  void *ws;
+  if ((s = plan_scratch(st, plan, &ws))) return s;
   q.delta = ws;
   const char *step = NULL;
   int err = fa_gpu_bwd_generic_launch(&generic_bwd, &q, st->stream, &step);
@@ -401,52 +379,114 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
                   "the merge kernel");
 }
 
-/* ---- kernels and dispatch -------------------------------------------------- */
+/* ---- admission and plans ------------------------------------------------- */
 
-static int supports_generic(const fa_problem *p, char *why, size_t len) {
-  return fa_gpu_generic_supports(p, why, len);
+static int supports_generic(const fa_kernel_query *q, char *why, size_t len) {
+  return fa_gpu_generic_supports(q, why, len);
 }
 
-static int supports_cdna(const fa_problem *p, fa_dtype dtype, int dim,
+static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
                          char *why, size_t len) {
-  const char *env = getenv("FA_HIP_GENERIC");
-  if (env && *env && strcmp(env, "0") != 0) {
-    (void)snprintf(why, len, "FA_HIP_GENERIC is set");
-    return 0;
-  }
+  const fa_problem *p = kq->problem;
   if (p->dtype != dtype) {
-    (void)snprintf(why, len, "dtype is not %s",
-                   dtype == FA_BF16 ? "bf16" : "f16");
+    snprintf(why, len, "dtype is %s; this kernel is %s",
+             fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    (void)snprintf(why, len,
-                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-                   p->a.head_dim, p->a.head_dim_v, dim, dim);
+    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+             p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!cdna_find(dtype, dim)) {
-    (void)snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
+    snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
     return 0;
   }
-  return 1;
+  return fa_gpu_features_ok(kq, why, len) && fa_gpu_aligned16(kq, why, len);
 }
 
-#define CDNA_SUPPORTS(t, d)                                                    \
-  static int supports_##t##_d##d(const fa_problem *p, char *why,             \
-                                 size_t len) {                                 \
-    return supports_cdna(p, FA_DTYPE_##t, d, why, len);                        \
-  }
-CDNA_SUPPORTS(bf16, 64)
-CDNA_SUPPORTS(bf16, 128)
-CDNA_SUPPORTS(bf16, 256)
-CDNA_SUPPORTS(f16, 64)
-CDNA_SUPPORTS(f16, 128)
-CDNA_SUPPORTS(f16, 256)
+/* The planner's inputs: the MFMA tile's 4 wavefronts x 32 queries as the
+   largest B_r, 64 keys as B_c (the kernels keep K/V tiles of their own width
+   in LDS, cdna_fwd.h, so B_c is only the split-KV granularity), and no
+   memory budget (the tile, not a budget, bounds the blocks). */
+static void hip_caps(const fa_kernel_query *q, int forward, fa_caps *caps) {
+  const hip_state *st = q->state;
+  caps->fast_mem_bytes = (size_t)1 << 50; // signed 64-bit in the planner
+  caps->num_workers = 2 * (st ? st->cu_count : probed_cus);
+  caps->tile_align = 32; // MFMA 32x32 granularity
+  caps->max_block_q = FA_CDNA_BLOCK_Q;
+  caps->max_block_k = 64;
+  caps->max_splits = 128;
+  caps->pack_gqa = forward;  // both forward kernels take (row, head) lanes
+  caps->max_small_lanes = 0; // a tile spans one kv head
+}
 
-#define CDNA_KERNEL(t, d)                                                      \
-  {.name = "hip.cdna." #t ".d" #d,                                             \
-   .supports = supports_##t##_d##d,                                            \
+/* Both kernels' plans: the core's vocabulary on the caps above; scratch:
+   the split partials (forward) or D (backward), reserved now. */
+static fa_status plan_hip(const fa_kernel_query *q, fa_plan_data *d,
+                          const char *name) {
+  const fa_problem *p = q->problem;
+  const int bwd = q->layout && q->layout->op == FA_OP_BACKWARD;
+  fa_caps caps;
+  hip_caps(q, !bwd, &caps);
+  fa_plan_compute(p, &caps, d);
+  fa_status s;
+  if (bwd) {
+    d->workspace_bytes = (size_t)p->a.batch * p->a.heads_q * p->a.seqlen_q *
+                         sizeof(float);
+    fa_gpu_params g;
+    fa_gpu_fill_problem(&g, p);
+    s = fa_gpu_generic_bwd_fits(core, &g, name);
+  } else {
+    d->workspace_bytes =
+        d->num_splits > 1 ? (size_t)d->num_work * (size_t)d->block_q *
+                                (2 + (size_t)p->a.head_dim_v) * sizeof(float)
+                          : 0;
+    s = fa_gpu_grid_fits(core, d->num_work, name);
+  }
+  hip_state *st = q->state;
+  if (!s && st && d->workspace_bytes) {
+    void *ws;
+    if (!(s = use_device(st))) s = workspace(st, d->workspace_bytes, &ws);
+  }
+  if (!s && core->log_enabled()) {
+    char text[256];
+    fa_plan_data_describe(d, text, sizeof text);
+    core->log("  %s %s: %s, workspace %zu bytes", BACKEND_NAME, name, text,
+              d->workspace_bytes);
+  }
+  return s;
+}
+
+static fa_status plan_generic(const fa_kernel_query *q, fa_plan_data *d) {
+  return plan_hip(q, d, "hip.generic");
+}
+
+#define CDNA_FNS(t, dm)                                                        \
+  static int supports_##t##_d##dm(const fa_kernel_query *q, char *why,       \
+                                  size_t len) {                                \
+    return supports_cdna(q, FA_DTYPE_##t, dm, why, len);                       \
+  }                                                                            \
+  static int score_##t##_d##dm(const fa_kernel_query *q) {                     \
+    (void)q;                                                                   \
+    return 20;                                                                 \
+  }                                                                            \
+  static fa_status plan_##t##_d##dm(const fa_kernel_query *q,                  \
+                                    fa_plan_data *out) {                       \
+    return plan_hip(q, out, "hip.cdna." #t ".d" #dm);                          \
+  }
+CDNA_FNS(bf16, 64)
+CDNA_FNS(bf16, 128)
+CDNA_FNS(bf16, 256)
+CDNA_FNS(f16, 64)
+CDNA_FNS(f16, 128)
+CDNA_FNS(f16, 256)
+
+#define CDNA_KERNEL(t, dm)                                                     \
+  {.name = "hip.cdna." #t ".d" #dm,                                            \
+   .supports = supports_##t##_d##dm,                                           \
+   .score = score_##t##_d##dm,                                                 \
+   .plan = plan_##t##_d##dm,                                                   \
    .forward = fwd_cdna,                                                        \
    .backward = NULL}
 
@@ -455,6 +495,8 @@ static const fa_kernel kernels[] = {
     CDNA_KERNEL(f16, 64),   CDNA_KERNEL(bf16, 256), CDNA_KERNEL(f16, 256),
     {.name = "hip.generic",
      .supports = supports_generic,
+     .score = NULL,
+     .plan = plan_generic,
      .forward = fwd_generic,
      .backward = bwd_generic},
 };
@@ -468,7 +510,6 @@ static const fa_backend backend_cdna = {
     .probe = probe,
     .context_create = ctx_create,
     .context_destroy = ctx_destroy,
-    .capabilities = capabilities,
     .set_threads = NULL,
     .set_stream = set_stream,
     .mem_alloc = mem_alloc,
