@@ -66,9 +66,9 @@ const fa_cuda_sm90_tile *fa_cuda_sm90_tile_of(int head_dim) {
 
 void fa_cuda_caps(int num_sms, int block_q, int block_k, int pack_gqa,
                   fa_caps *caps) {
-  // No memory budget: the blocks are the table's (see above). Large, not
-  // SIZE_MAX: the planner works in signed 64 bits.
-  caps->fast_mem_bytes = (size_t)1 << 50;
+  // No memory budget: the blocks are the table's (see above). 16 GiB, not
+  // SIZE_MAX: the planner's tile search counts in int.
+  caps->fast_mem_bytes = (size_t)1 << 34;
   // Work items that keep the GPU busy: 2 per SM (the d128 main tile's
   // residency on sm90). The planner splits the keys only below that many
   // items, into at most two items per worker, rounded down: 4 per SM, which

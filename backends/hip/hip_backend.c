@@ -411,7 +411,7 @@ static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
    memory budget (the tile, not a budget, bounds the blocks). */
 static void hip_caps(const fa_kernel_query *q, int forward, fa_caps *caps) {
   const hip_state *st = q->state;
-  caps->fast_mem_bytes = (size_t)1 << 50; // signed 64-bit in the planner
+  caps->fast_mem_bytes = (size_t)1 << 34; // no budget (the planner counts in int)
   caps->num_workers = 2 * (st ? st->cu_count : probed_cus);
   caps->tile_align = 32; // MFMA 32x32 granularity
   caps->max_block_q = FA_CDNA_BLOCK_Q;

@@ -45,7 +45,7 @@ static int failures;
 static fa_caps module_caps(int which, int pack) {
   fa_caps cuda;
   fa_cuda_caps(132, 128, 64, pack, &cuda);
-  fa_caps hip = {(size_t)1 << 50, 2 * 304, 32, 128, 64, 128, pack, 0};
+  fa_caps hip = {(size_t)1 << 34, 2 * 304, 32, 128, 64, 128, pack, 0};
   fa_caps small = {4096, 4, 32, 128, 64, 8, pack, 0};
   return which == 0 ? cuda : which == 1 ? hip : small;
 }
