@@ -78,7 +78,7 @@ fi
 
 if has bench; then
   export PYTHONUNBUFFERED=1
-  timeout 330 python3 bench/gpu/bench_sdpa.py --lib "$build/libflashattn.so" \
+  timeout "${BENCH_LIMIT:-330}" python3 bench/gpu/bench_sdpa.py --lib "$build/libflashattn.so" \
     --dims 64,128 --quick --sm80 --matmul --bwd --decode \
     --json "$out/bench.json" >"$out/bench.log" 2>&1
   note "bench: rc $?"
