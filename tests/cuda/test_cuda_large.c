@@ -23,7 +23,8 @@
 //                last 4 rows (a slice of a bottom-right causal problem is a
 //                bottom-right causal problem over a prefix of the keys).
 // Each case runs the GPU's best kernel, the sm80 kernel where the best is
-// sm90 (FA_CUDA_NO_SM90), and the generic kernel (FA_CUDA_GENERIC); outputs
+// sm90 and the generic kernel (contexts bound to cuda.sm80.bf16.d128 and
+// cuda.generic by name); outputs
 // and LSE are compared with the CPU's (the bf16 tolerance of cuda.gpu) and
 // a few (row, head) pairs with the float64 oracle, read through one-head
 // views with the same strides (the oracle's offsets pass 2^32 too).
