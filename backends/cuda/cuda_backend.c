@@ -9,6 +9,11 @@
 // driver: ..."), which fa_explain() and FA_LOG=dispatch print; nothing
 // crashes.
 //
+// The host side is the one the HIP module shares (backends/gpu/
+// gpu_backend.h over gpu_runtime.h's CUDA names: state, workspace, memory,
+// errors, the generic kernels, merge); this file adds the probe, the
+// devices it takes (compute capability 8.0+) and its kernels.
+//
 // Each kernel owns its admission and its plan (core/backend.h): supports()
 // sees the problem, the context's device and the tensors' layout; score()
 // holds the size heuristics; plan() fills the tiling from the kernel's tile
@@ -45,53 +50,19 @@
 //                            what its overlap buys).
 // For triage and tests, bind a context to a kernel by name
 // (fa_context_create_by_name(&ctx, "cuda.sm80.bf16.d128")).
-#include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend.h"
 #include "cuda_internal.h"
-#include "gpu_host.h"
 
-static const fa_core_services *core; // set once by fa_module_backends()
+#define FA_GPU_RUNTIME_CUDA 1
+#define FA_GPU_BACKEND_NAME "cuda"
+#define FA_GPU_LAUNCHER(x) fa_cuda_launch_##x
+#include "gpu_backend.h" // state, workspace, memory, generic kernels, merge
 
-#define BACKEND_NAME "cuda"
+#define BACKEND_NAME FA_GPU_BACKEND_NAME
 
-/* ---- errors ------------------------------------------------------------- */
-
-static fa_status cuda_fail(cudaError_t e, const char *what) {
-  fa_status s = e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
-                                               : FA_ERR_BACKEND;
-  fa_status r = core->fail(s, "%s: %s: %s (%s)", BACKEND_NAME, what,
-                           cudaGetErrorString(e), cudaGetErrorName(e));
-  (void)cudaGetLastError(); // clear a non-sticky error for the next call
-  return r;
-}
-
-#define CK(call, what)                                                         \
-  do {                                                                         \
-    cudaError_t ck_ = (call);                                                  \
-    if (ck_ != cudaSuccess) return cuda_fail(ck_, what);                       \
-  } while (0)
-
-/* ---- per-context state ---------------------------------------------------- */
-
-typedef struct cuda_state {
-  int device;
-  int sm_count;
-  int cc; // compute capability, 10 * major + minor
-  cudaStream_t stream; // NULL: the legacy default stream
-  void *ws;            // workspace: split partials, backward D, descriptors
-  size_t ws_bytes;
-} cuda_state;
-
-/* SM count and compute capability of device 0, read by the probe: what a
-   query without a context (fa_explain) describes. */
-static int probed_sms = 108;
-static int probed_cc = 0; // 10 * major + minor
+/* ---- probe and contexts ------------------------------------------------- */
 
 static int probe(char *why, size_t len) {
   int n = 0;
@@ -120,9 +91,10 @@ static int probe(char *why, size_t len) {
   }
   probed_cc = 10 * major + minor;
   int sms = 0;
+  probed_units = 108; // an A100, should the query fail
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) ==
           cudaSuccess && sms > 0)
-    probed_sms = sms;
+    probed_units = sms;
   return 1;
 }
 
@@ -143,178 +115,9 @@ static fa_status ctx_create(int device, void **state) {
                       BACKEND_NAME);
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
      "cudaDeviceGetAttribute");
-  CK(cudaSetDevice(device), "cudaSetDevice");
-  CK(cudaFree(NULL), "creating the CUDA context"); // initialise it now
-  cuda_state *st = calloc(1, sizeof *st);
-  if (!st)
-    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: context: out of memory",
-                      BACKEND_NAME);
-  st->device = device;
-  st->sm_count = sms;
-  st->cc = 10 * major + minor;
-  *state = st;
-  return FA_OK;
+  return state_create(device, sms, 10 * major + minor, state);
 }
 
-static void ctx_destroy(void *state) {
-  cuda_state *st = state;
-  if (!st) return;
-  if (st->ws && cudaSetDevice(st->device) == cudaSuccess) {
-    (void)cudaStreamSynchronize(st->stream);
-    (void)cudaFree(st->ws);
-  }
-  (void)cudaGetLastError();
-  free(st);
-}
-
-static fa_status set_stream(void *state, void *stream) {
-  ((cuda_state *)state)->stream = (cudaStream_t)stream;
-  return FA_OK;
-}
-
-static fa_status use_device(const cuda_state *st) {
-  CK(cudaSetDevice(st->device), "cudaSetDevice");
-  return FA_OK;
-}
-
-/* Scratch of at least `bytes` on the device, owned by the context. Growing
-   waits for work already queued on the stream, which may still read the
-   old buffer: plans grow it (plan_reserve) so that calls find it large
-   enough and neither allocate nor synchronise. */
-static fa_status workspace(cuda_state *st, size_t bytes, void **out) {
-  if (bytes <= st->ws_bytes) {
-    *out = st->ws;
-    return FA_OK;
-  }
-  if (st->ws) {
-    CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (workspace)");
-    CK(cudaFree(st->ws), "cudaFree (workspace)");
-    st->ws = NULL;
-    st->ws_bytes = 0;
-  }
-  size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-  cudaError_t e = cudaMalloc(&st->ws, rounded);
-  if (e != cudaSuccess) {
-    st->ws = NULL;
-    (void)cudaGetLastError();
-    return core->fail(e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
-                                                     : FA_ERR_BACKEND,
-                      "%s: workspace of %zu bytes: cudaMalloc: %s",
-                      BACKEND_NAME, rounded, cudaGetErrorString(e));
-  }
-  st->ws_bytes = rounded;
-  *out = st->ws;
-  return FA_OK;
-}
-
-/* ---- memory ---------------------------------------------------------------- */
-
-static fa_status mem_alloc(void *state, size_t bytes, void **ptr) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return core->fail(e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY
-                                                     : FA_ERR_BACKEND,
-                      "%s: cudaMalloc of %zu bytes: %s (%s)", BACKEND_NAME,
-                      bytes, cudaGetErrorString(e), cudaGetErrorName(e));
-  }
-  *ptr = p; // cudaMalloc aligns to 256 bytes
-  return FA_OK;
-}
-
-static fa_status mem_free(void *state, void *ptr) {
-  fa_status s = use_device(state);
-  if (s) return s;
-  CK(cudaFree(ptr), "cudaFree");
-  return FA_OK;
-}
-
-static fa_status copy_to_device(void *state, void *dst, const void *src,
-                                size_t bytes) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream),
-     "cudaMemcpyAsync (host to device)");
-  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (copy)");
-  return FA_OK;
-}
-
-static fa_status copy_to_host(void *state, void *dst, const void *src,
-                              size_t bytes) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream),
-     "cudaMemcpyAsync (device to host)");
-  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize (copy)");
-  return FA_OK;
-}
-
-static fa_status synchronize(void *state) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(cudaStreamSynchronize(st->stream), "cudaStreamSynchronize");
-  return FA_OK;
-}
-
-static fa_status launched(int err, const char *kernel) {
-  if (err == 0) return FA_OK;
-  char what[96];
-  snprintf(what, sizeof what, "launching %s", kernel);
-  return cuda_fail((cudaError_t)err, what);
-}
-
-
-/* A switch of the core's configuration table (0 when unset). */
-static long config(const char *name) {
-  return core->config_int ? core->config_int(name) : 0;
-}
-
-/* ---- the device a query is about --------------------------------------- */
-
-static int query_cc(const fa_kernel_query *q) {
-  const cuda_state *st = q->state;
-  return st ? st->cc : probed_cc;
-}
-
-static int query_sms(const fa_kernel_query *q) {
-  const cuda_state *st = q->state;
-  return st ? st->sm_count : probed_sms;
-}
-
-static int query_device(const fa_kernel_query *q) {
-  const cuda_state *st = q->state;
-  return st ? st->device : 0;
-}
-
-static int is_backward(const fa_kernel_query *q) {
-  return q->layout && q->layout->op == FA_OP_BACKWARD;
-}
-
-/* Reserve a plan's scratch in the context's workspace now, at plan time
-   (fa_explain plans without a context reserve nothing). */
-static fa_status plan_reserve(const fa_kernel_query *q, size_t bytes) {
-  cuda_state *st = q->state;
-  if (!st || !bytes) return FA_OK;
-  fa_status s = use_device(st);
-  void *ws;
-  return s ? s : workspace(st, bytes, &ws);
-}
-
-/* The scratch a plan reserved: a call that finds less (a plan made on
-   another context) grows it, which synchronises. */
-static fa_status plan_scratch(cuda_state *st, const fa_plan_data *plan,
-                              void **ws) {
-  *ws = NULL;
-  if (!plan->workspace_bytes) return FA_OK;
-  return workspace(st, plan->workspace_bytes, ws);
-}
 
 /* ---- compiled instantiations -------------------------------------------- */
 
@@ -583,10 +386,10 @@ static int sm80_splits(const kdesc *k, const fa_kernel_query *q) {
   const fa_cuda_tile *t = fa_cuda_tile_of(0, k->dim);
   if (!t) return 0;
   fa_plan_data plan;
-  fa_cuda_sm80_plan(q->problem, t, query_sms(q), &plan);
+  fa_cuda_sm80_plan(q->problem, t, query_units(q), &plan);
   const fa_attention *a = &q->problem->a;
   int64_t items = (int64_t)a->batch * a->heads_q * ((a->seqlen_q + 127) / 128);
-  return plan.num_splits > 1 && items < query_sms(q);
+  return plan.num_splits > 1 && items < query_units(q);
 }
 
 /* Whether the main tile's plan has one q block that the decode tile's
@@ -597,7 +400,7 @@ static int decode_sized(const kdesc *k, const fa_kernel_query *q) {
   if (!t || !td) return 0;
   fa_caps caps;
   fa_plan_data plan;
-  fa_cuda_caps(query_sms(q), t->block_q, t->block_k, 1, &caps);
+  fa_cuda_caps(query_units(q), t->block_q, t->block_k, 1, &caps);
   fa_plan_compute(q->problem, &caps, &plan);
   return plan.num_q_blocks == 1 && plan.block_q <= td->block_q;
 }
@@ -626,21 +429,6 @@ static fa_status grid_fits(int64_t blocks, const char *what) {
   return fa_gpu_grid_fits(core, blocks, what);
 }
 
-static void log_plan(const char *name, const fa_plan_data *d) {
-  if (!core->log_enabled()) return;
-  char text[256];
-  fa_plan_data_describe(d, text, sizeof text);
-  core->log("  %s %s: %s, workspace %zu bytes", BACKEND_NAME, name, text,
-            d->workspace_bytes);
-}
-
-/* The split-KV partials of a forward plan (0 without a split). */
-static size_t split_bytes(const fa_problem *p, const fa_plan_data *d) {
-  if (d->num_splits <= 1) return 0;
-  size_t rows = (size_t)d->num_work * (size_t)d->block_q;
-  return rows * (2 + (size_t)p->a.head_dim_v) * sizeof(float);
-}
-
 /* The tensor-core backwards' launches: the D pre-pass, the key blocks and
    the dQ store. */
 static fa_status tc_backward_grids(const fa_problem *p, const char *name) {
@@ -665,13 +453,8 @@ static fa_status kernel_plan(const kdesc *k, const char *name,
     // One CTA per 128 keys; q rows per step as the kernels' bwd_rows().
     if (k->fam == GENERIC) {
       fa_caps caps;
-      fa_cuda_caps(query_sms(q), 128, 64, 0, &caps);
-      fa_plan_compute(p, &caps, d);
-      d->workspace_bytes = (size_t)p->a.batch * p->a.heads_q * p->a.seqlen_q *
-                           sizeof(float);
-      fa_gpu_params g;
-      fa_gpu_fill_problem(&g, p);
-      s = fa_gpu_generic_bwd_fits(core, &g, name);
+      fa_cuda_caps(query_units(q), 128, 64, 0, &caps);
+      return plan_generic_kernel(q, &caps, d, name);
     } else {
       int rows = k->fam == SM90 ? (k->dim == 64 ? 128 : 64)
                                 : (k->dim >= 128 ? 32 : 64);
@@ -687,17 +470,16 @@ static fa_status kernel_plan(const kdesc *k, const char *name,
     fa_gpu_fixed_plan(p, t->block_m, t->block_n, d);
   } else {
     const fa_cuda_tile *t = fa_cuda_tile_of(k->fam == DECODE, k->dim);
-    fa_caps caps;
-    if (k->fam != GENERIC && !t)
+    if (k->fam == GENERIC) {
+      fa_caps caps;
+      fa_cuda_caps(query_units(q), 128, 64, 1, &caps);
+      return plan_generic_kernel(q, &caps, d, name);
+    }
+    if (!t)
       return core->fail(FA_ERR_BACKEND, "%s: no sm80_tiles.def row for d%d",
                         name, k->dim);
-    if (k->fam == GENERIC) {
-      fa_cuda_caps(query_sms(q), 128, 64, 1, &caps);
-      fa_plan_compute(p, &caps, d);
-    } else {
-      fa_cuda_sm80_plan(p, t, query_sms(q), d);
-    }
-    d->workspace_bytes = split_bytes(p, d);
+    fa_cuda_sm80_plan(p, t, query_units(q), d);
+    d->workspace_bytes = fa_gpu_split_bytes_of(p, d);
     s = grid_fits(d->num_work, name);
   }
   if (!s) s = plan_reserve(q, d->workspace_bytes);
@@ -722,37 +504,13 @@ static const char *kernel_name(const char *fam, const fa_problem *p,
   return buf;
 }
 
-/* Launch the plan's forward kernel fn, then the split-KV combine. */
-static fa_status run_forward(cuda_state *st, const fa_problem *p,
-                             const fa_plan_data *plan, const fa_fwd_args *a,
-                             fa_sm80_fwd_fn fn, const char *name) {
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_params q;
-  fa_gpu_fill_forward(&q, p, plan, a);
-  void *ws;
-  if ((s = plan_scratch(st, plan, &ws))) return s;
-  if (q.num_splits > 1) fa_gpu_place_split(&q, ws);
-  if ((s = launched(fn(&q, st->stream), name))) return s;
-  if (q.num_splits > 1)
-    return launched(fa_cuda_launch_combine(&q, st->stream),
-                    "the split-KV combine");
-  return FA_OK;
-}
-
-static fa_status fwd_generic(void *state, const fa_problem *p,
-                             const fa_plan_data *plan, const fa_fwd_args *a) {
-  return run_forward(state, p, plan, a, fa_cuda_launch_fwd_generic,
-                     "cuda.generic");
-}
-
 static fa_status fwd_sm80_variant(void *state, const fa_problem *p,
                                   const fa_plan_data *plan,
                                   const fa_fwd_args *a, int decode) {
   char name[48];
   kernel_name("sm80", p, name, sizeof name);
   if (decode) strncat(name, ".decode", sizeof name - strlen(name) - 1);
-  fa_sm80_fwd_fn fn = sm80_find(p->dtype, p->a.head_dim, decode);
+  fa_gpu_launch_fn fn = sm80_find(p->dtype, p->a.head_dim, decode);
   if (!fn)
     return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
   return run_forward(state, p, plan, a, fn, name);
@@ -770,7 +528,7 @@ static fa_status fwd_decode(void *state, const fa_problem *p,
 
 static fa_status fwd_sm90(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
-  cuda_state *st = state;
+  gpu_state *st = state;
   char name[48];
   kernel_name("sm90", p, name, sizeof name);
   fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim);
@@ -779,37 +537,18 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   if (s) return s;
   fa_gpu_params q; // the launcher sets its geometry (the plan's, too)
   fa_gpu_fill_forward(&q, p, plan, a);
-  int err = fn(&q, p->rows_q, p->rows_k, st->sm_count,
+  int err = fn(&q, p->rows_q, p->rows_k, st->units,
                config("FA_SM90_SERIAL") != 0, st->stream);
   return err == -1 ? tma_refused(name) : launched(err, name);
 }
 
 /* ---- backward ------------------------------------------------------------- */
 
-static const fa_gpu_bwd_launchers generic_bwd = {
-    fa_cuda_launch_bwd_delta, fa_cuda_launch_bwd_dq, fa_cuda_launch_bwd_dkdv,
-    fa_cuda_launch_bwd_zero_paged};
-
-static fa_status bwd_generic(void *state, const fa_problem *p,
-                             const fa_plan_data *plan, const fa_bwd_args *a) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_params q;
-  fa_gpu_fill_backward(&q, p, plan, a);
-  void *ws;
-  if ((s = plan_scratch(st, plan, &ws))) return s;
-  q.delta = ws;
-  const char *step = NULL;
-  int err = fa_gpu_bwd_generic_launch(&generic_bwd, &q, st->stream, &step);
-  return launched(err, step);
-}
-
 /* The tensor-core backwards' common start: the D pre-pass into the plan's
    scratch and the zeroed dQ accumulator. dQ goes through fp32 atomics, so
    its summation order varies run to run (FA_CUDA_DETERMINISTIC declines
    these kernels). */
-static fa_status tc_backward_start(cuda_state *st, const fa_problem *p,
+static fa_status tc_backward_start(gpu_state *st, const fa_problem *p,
                                    const fa_plan_data *plan,
                                    const fa_bwd_args *a, fa_gpu_params *q,
                                    float **dq_acc) {
@@ -837,7 +576,7 @@ static fa_status bwd_sm80(void *state, const fa_problem *p,
   float *dq_acc;
   fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
   if (s) return s;
-  return launched(fn(&q, dq_acc, ((cuda_state *)state)->stream), name);
+  return launched(fn(&q, dq_acc, ((gpu_state *)state)->stream), name);
 }
 
 static fa_status bwd_sm90(void *state, const fa_problem *p,
@@ -850,39 +589,8 @@ static fa_status bwd_sm90(void *state, const fa_problem *p,
   float *dq_acc;
   fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
   if (s) return s;
-  int err = fn(&q, dq_acc, p->rows_q, p->rows_k, ((cuda_state *)state)->stream);
+  int err = fn(&q, dq_acc, p->rows_q, p->rows_k, ((gpu_state *)state)->stream);
   return err == -1 ? tma_refused(name) : launched(err, name);
-}
-
-/* ---- fa_merge_states -------------------------------------------------------- */
-
-static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
-                              const float *const *lse_parts, int batch,
-                              int seqlen, int heads, int head_dim,
-                              fa_tensor o, float *lse) {
-  cuda_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_merge_part *desc;
-  if ((s = fa_gpu_merge_parts(core, BACKEND_NAME, n, o_parts, lse_parts,
-                              head_dim, &desc)))
-    return s;
-  size_t bytes = sizeof *desc * (size_t)n;
-  void *ws = NULL;
-  s = workspace(st, bytes, &ws);
-  if (!s) {
-    // From pageable memory the copy is staged before the call returns, so
-    // desc may be freed right after.
-    cudaError_t e = cudaMemcpyAsync(ws, desc, bytes, cudaMemcpyHostToDevice,
-                                    st->stream);
-    if (e != cudaSuccess) s = cuda_fail(e, "cudaMemcpyAsync (merge parts)");
-  }
-  free(desc);
-  if (s) return s;
-  return launched(fa_cuda_launch_merge(n, ws, (int)o.dtype, batch, seqlen,
-                                       heads, head_dim, fa_gpu_view_of(&o),
-                                       lse, st->stream),
-                  "the merge kernel");
 }
 
 /* ---- the kernel table ------------------------------------------------------ */
@@ -940,35 +648,4 @@ static const fa_kernel kernels[] = {
     ENTRY(generic, "cuda.generic", fwd_generic, bwd_generic),
 };
 
-static const fa_backend backend_cuda = {
-    .api_version = FA_BACKEND_API_VERSION,
-    .name = BACKEND_NAME,
-    .kind = FA_BACKEND_CUDA,
-    .rank = 100,
-    .memory_space = FA_MEMORY_CUDA,
-    .probe = probe,
-    .context_create = ctx_create,
-    .context_destroy = ctx_destroy,
-    .set_threads = NULL,
-    .set_stream = set_stream,
-    .mem_alloc = mem_alloc,
-    .mem_free = mem_free,
-    .copy_to_device = copy_to_device,
-    .copy_to_host = copy_to_host,
-    .synchronize = synchronize,
-    .merge_states = merge_states,
-    .kernels = kernels,
-    .num_kernels = (int)(sizeof kernels / sizeof kernels[0]),
-};
-
-static const fa_backend *const module_backends[] = {&backend_cuda};
-
-/* The module's one exported symbol (FA_MODULE_ENTRY). */
-__attribute__((visibility("default"))) const fa_backend *const *
-fa_module_backends(const fa_core_services *services, int *count) {
-  if (!services || !count || services->api_version != FA_BACKEND_API_VERSION)
-    return NULL;
-  core = services;
-  *count = 1;
-  return module_backends;
-}
+FA_GPU_MODULE(FA_BACKEND_CUDA, FA_MEMORY_CUDA)

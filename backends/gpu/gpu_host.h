@@ -115,13 +115,14 @@ static inline int64_t fa_gpu_rows_q(const fa_gpu_params *q) {
   return (int64_t)q->batch * q->heads_q * q->seqlen_q;
 }
 
-/* Scratch bytes of the split-KV partials (part_ml, part_o), 0 when the plan
-   does not split the keys; fa_gpu_place_split points them into ws. */
-static inline size_t fa_gpu_split_bytes(const fa_gpu_params *q) {
-  if (q->num_splits <= 1) return 0;
-  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
-  return rows * 2 * sizeof(float) +
-         rows * (size_t)q->head_dim_v * sizeof(float);
+/* Scratch bytes of a forward plan's split-KV partials (part_ml, part_o), 0
+   when it does not split the keys; fa_gpu_place_split points them into
+   the scratch. */
+static inline size_t fa_gpu_split_bytes_of(const fa_problem *p,
+                                           const fa_plan_data *d) {
+  if (d->num_splits <= 1) return 0;
+  size_t rows = (size_t)d->num_work * (size_t)d->block_q;
+  return rows * (2 + (size_t)p->a.head_dim_v) * sizeof(float);
 }
 
 static inline void fa_gpu_place_split(fa_gpu_params *q, void *ws) {
