@@ -64,6 +64,22 @@
 
 /* ---- probe and contexts ------------------------------------------------- */
 
+/* Whether the driver has cuTensorMapEncodeTiled (CUDA 12.0+), looked up
+   as the sm90 launchers look it up: read once by the probe (under the
+   registry's once), so supports() only reads it. */
+static int probed_tma;
+
+static int tma_available(void) {
+  void *f = NULL;
+  enum cudaDriverEntryPointQueryResult r = cudaDriverEntryPointSymbolNotFound;
+  int ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f,
+                                            12000, cudaEnableDefault, &r) ==
+               cudaSuccess &&
+           r == cudaDriverEntryPointSuccess && f;
+  (void)cudaGetLastError();
+  return ok;
+}
+
 static int probe(char *why, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -90,6 +106,7 @@ static int probe(char *why, size_t len) {
     return 0;
   }
   probed_cc = 10 * major + minor;
+  probed_tma = tma_available();
   int sms = 0;
   probed_units = 108; // an A100, should the query fail
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) ==
@@ -280,22 +297,6 @@ static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
   return 1;
 }
 
-/* The driver's cuTensorMapEncodeTiled (CUDA 12.0+), looked up as the sm90
-   launchers look it up: a driver without it cannot run them. */
-static int tma_available(void) {
-  static int known = -1;
-  if (known < 0) {
-    void *f = NULL;
-    enum cudaDriverEntryPointQueryResult r = cudaDriverEntryPointSymbolNotFound;
-    known = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f,
-                                             12000, cudaEnableDefault,
-                                             &r) == cudaSuccess &&
-            r == cudaDriverEntryPointSuccess && f;
-    (void)cudaGetLastError();
-  }
-  return known;
-}
-
 /* Whether the sm90 launchers' tensor maps can describe tensor t of `rows`
    storage rows (per batch, or all of them when varlen) and `heads` heads:
    the conditions of make_map (sm90_fwd.cuh) on 16-bit elements. */
@@ -363,7 +364,7 @@ static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
       snprintf(why, len, "paged KV (the sm80 kernels read the block table)");
       return 0;
     }
-    if (!tma_available()) {
+    if (!probed_tma) {
       snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
       return 0;
     }
