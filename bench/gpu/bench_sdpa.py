@@ -18,8 +18,9 @@ such runs, after warm-up. FLOPs: 4 * b * h * s * s * d, halved when causal
 (FlashAttention's convention). Each shape's output is also compared with
 FA2's (relative Frobenius difference), so a fast wrong kernel shows.
 
---bwd also times fa_backward against FA2's backward (autograd through SDPA
-flash), FLOPs 2.5x the forward's.
+--bwd also times fa_backward (one-shot: dispatch and plan on each call) and
+fa_plan_backward (planned once) against FA2's backward (autograd through
+SDPA flash), FLOPs 2.5x the forward's.
 
 --decode also times decoding (one query per sequence; b 8, 32 q heads, 8 kv
 heads, d 128, kv length 4k ... 128k) and reports the K/V bytes read per
@@ -96,6 +97,11 @@ class Flashattn:
                                      ctypes.POINTER(ctypes.c_void_p)]
         L.fa_plan_forward.argtypes = [ctypes.c_void_p, FaTensor, FaTensor,
                                       FaTensor, FaTensor, ctypes.c_void_p]
+        L.fa_plan_create_backward.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(FaAttention)] + [FaTensor] * 8 + [
+            ctypes.POINTER(ctypes.c_void_p)]
+        L.fa_plan_backward.argtypes = [ctypes.c_void_p] + [FaTensor] * 5 + [
+            ctypes.c_void_p] + [FaTensor] * 3
         L.fa_plan_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                        ctypes.c_size_t]
         L.fa_plan_destroy.argtypes = [ctypes.c_void_p]
@@ -350,6 +356,22 @@ def backward_suite(fa, args, tdtype, fdtype):
                 flops = 2.5 * 4.0 * b * h * s * s * d / (2 if causal else 1)
                 iters = max(2, min(20, int(2e12 / flops)))
                 t_ours = time_calls(ours, iters, reps=3, warmup=1)
+                # The planned backward (plan made once; the calls do no
+                # dispatch): the hot path the API recommends.
+                bplan = ctypes.c_void_p()
+                fa.check(fa.lib.fa_plan_create_backward(
+                    fa.ctx, ctypes.byref(a), *T, ctypes.byref(bplan)),
+                    "fa_plan_create_backward")
+
+                def planned():
+                    st = fa.lib.fa_plan_backward(bplan, T[0], T[1], T[2],
+                                                 T[3], T[4], lse.data_ptr(),
+                                                 T[5], T[6], T[7])
+                    if st:
+                        fa.check(st, "fa_plan_backward")
+
+                t_plan = time_calls(planned, iters, reps=3, warmup=1)
+                fa.lib.fa_plan_destroy(bplan)
                 t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
                 # The sm80 backward (a context bound to it by name), and
                 # its error against FA2.
@@ -367,16 +389,19 @@ def backward_suite(fa, args, tdtype, fdtype):
                             rel_err(dk, ref[1].transpose(1, 2)),
                             rel_err(dv, ref[2].transpose(1, 2)))
                 row = dict(d=d, causal=causal, s=s, b=b, h=h, ours_ms=t_ours,
-                           fa2_ms=t_fa2, sm80_ms=t_80,
+                           fa2_ms=t_fa2, sm80_ms=t_80, planned_ms=t_plan,
                            ours_tflops=flops / t_ours / 1e9,
+                           planned_tflops=flops / t_plan / 1e9,
                            sm80_tflops=flops / t_80 / 1e9,
                            fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err,
                            sm80_err_vs_fa2=err80)
                 rows.append(row)
-                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  sm80 %6.1f  "
-                      "FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e (sm80 %.1e)" % (
+                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  planned %6.1f  "
+                      "sm80 %6.1f  FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e "
+                      "(sm80 %.1e)" % (
                           d, "causal" if causal else "full", s,
-                          row["ours_tflops"], row["sm80_tflops"],
+                          row["ours_tflops"], row["planned_tflops"],
+                          row["sm80_tflops"],
                           row["fa2_tflops"],
                           row["ours_tflops"] / row["fa2_tflops"], err, err80),
                       flush=True)
@@ -515,12 +540,12 @@ def main():
                       r["ours_tflops"] / r["cudnn_tflops"]))
     if "backward" in out:
         print("\nbackward %s TFLOPS (2.5x forward FLOPs)" % args.dtype)
-        print("| d | mask | s | ours | FA2 | ours/FA2 |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| d | mask | s | ours | planned | FA2 | ours/FA2 |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for r in out["backward"]:
-            print("| %d | %s | %d | %.0f | %.0f | %.2f |" % (
+            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
                 r["d"], "causal" if r["causal"] else "full", r["s"],
-                r["ours_tflops"], r["fa2_tflops"],
+                r["ours_tflops"], r["planned_tflops"], r["fa2_tflops"],
                 r["ours_tflops"] / r["fa2_tflops"]))
     if "decode" in out:
         print("\ndecode (b8, 32/8 heads, d128): K/V TB/s")

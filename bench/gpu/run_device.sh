@@ -16,6 +16,7 @@
 #              gpu-sanitizer: cuda.gpu --quick, xval fwd.paged)
 #   large      ctest -L gpu-large (16 GiB KV cache, 64-bit offsets)
 #   bench      bench_sdpa.py: forward d64/d128 (quick), backward, decode
+#              (BENCH_ARGS: other bench_sdpa.py arguments)
 #   tests=RE   ctest -R RE only (iterating on a failure)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,8 +79,10 @@ fi
 
 if has bench; then
   export PYTHONUNBUFFERED=1
-  timeout "${BENCH_LIMIT:-330}" python3 bench/gpu/bench_sdpa.py --lib "$build/libflashattn.so" \
-    --dims 64,128 --quick --sm80 --matmul --bwd --decode \
+  # BENCH_ARGS replaces the default selection of suites and shapes.
+  read -r -a bargs <<<"${BENCH_ARGS:---dims 64,128 --quick --sm80 --matmul --bwd --decode}"
+  timeout "${BENCH_LIMIT:-330}" python3 bench/gpu/bench_sdpa.py \
+    --lib "$build/libflashattn.so" "${bargs[@]}" \
     --json "$out/bench.json" >"$out/bench.log" 2>&1
   note "bench: rc $?"
   sed -n '/^forward .* TFLOPS/,$p' "$out/bench.log" | head -60
