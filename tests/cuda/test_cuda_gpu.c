@@ -791,8 +791,14 @@ static void check_positions(void) {
        0, 1, 0, 0, 0},
       {"positions varlen", FA_BF16, 3, 130, 140, 4, 2, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 1, 0},
+      // More q blocks than SMs: the sm90 kernel on sm_90.
+      {"sm90 positions causal", FA_BF16, 2, 700, 900, 40, 8, 128, 128,
+       FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 0, 0},
+      {"sm90 positions window d64", FA_F16, 2, 600, 600, 48, 12, 64, 64, 0,
+       200, 0, 0, 0, 0, 0, 0},
   };
-  const int64_t offsets[][2] = {{1000, 900}, {7, 50}, {0, 0}};
+  const int64_t offsets[][2] = {{1000, 900}, {7, 50}, {0, 0}, {300, 0},
+                                {0, 250}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const prob *pr = &cases[c];
     inst s;
@@ -823,6 +829,7 @@ static void check_positions(void) {
       char text[512];
       planned_kernel(gpu, &s, text, sizeof text);
       printf("%-40s o %.1e lse %.1e (%s)\n", pr->name, e, el, text);
+      check_sm90_taken(&s, pr, pr->name);
     }
     free(oc);
     free(og);
