@@ -25,6 +25,11 @@
 // Every CUDA call is checked; failures become FA_ERR_BACKEND (or
 // FA_ERR_OUT_OF_MEMORY) with the CUDA error's name and text.
 //
+// Every kernel declines what no GPU kernel implements yet, with the reason
+// (fa_gpu_features_ok: an output dtype other than the input's, descales,
+// per-sequence positions, the accumulating backward, dsinks), and takes
+// explicit positions given as one offset (q_position, k_position).
+//
 // Kernels (dispatch takes the highest score among those that accept):
 //   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
 //       TMA, warp specialisation), head_dim == head_dim_v, not paged,
