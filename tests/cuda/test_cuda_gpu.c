@@ -29,21 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "flashattn.h"
 #include "tensor.h"
-
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    checks++;                                                                  \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      printf("FAIL line %d: ", __LINE__);                                      \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-    }                                                                          \
-  } while (0)
 
 static fa_context *cpu, *gpu, *gen; // gen: bound to cuda.generic
 static ts_rng rng;
@@ -938,6 +926,5 @@ int main(int argc, char **argv) {
   fa_context_destroy(gpu);
   fa_context_destroy(gen);
   fa_context_destroy(cpu);
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+  return ut_finish("cuda.gpu");
 }

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "flashattn.h"
 #include "oracle.h"
 #include "tensor.h"
@@ -51,19 +52,6 @@ enum { D = 128, HEADS = 32, ROW = HEADS * D }; // one cache row: 4096
 #define CACHE_ELEMS ((int64_t)2 * SK_MAX * ROW) /* 2^33 */
 #define CACHE_BYTES ((size_t)CACHE_ELEMS * 2)
 #define GIB ((size_t)1 << 30)
-
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    checks++;                                                                  \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      printf("FAIL line %d: ", __LINE__);                                      \
-      printf(__VA_ARGS__);                                                     \
-      printf("\n");                                                            \
-    }                                                                          \
-  } while (0)
 
 static fa_context *cpu, *gpu, *bound[3]; // bound: gpu, then by name
 static ts_rng rng;
@@ -506,6 +494,5 @@ int main(void) {
   fa_context_destroy(cpu);
   for (int v = 1; v < NVAR; v++) fa_context_destroy(bound[v]);
   fa_context_destroy(gpu);
-  printf("\n%d passed, %d failed\n", checks - failures, failures);
-  return failures ? 1 : 0;
+  return ut_finish("cuda.large");
 }
