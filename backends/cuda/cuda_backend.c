@@ -89,24 +89,24 @@ static int probe(char *why, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(why, len, "no usable CUDA driver or device: cudaGetDeviceCount: "
+    (void)snprintf(why, len, "no usable CUDA driver or device: cudaGetDeviceCount: "
              "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
     (void)cudaGetLastError();
     return 0;
   }
   if (n < 1) {
-    snprintf(why, len, "no CUDA device found");
+    (void)snprintf(why, len, "no CUDA device found");
     return 0;
   }
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0)) {
-    snprintf(why, len, "cudaDeviceGetAttribute failed on device 0");
+    (void)snprintf(why, len, "cudaDeviceGetAttribute failed on device 0");
     (void)cudaGetLastError();
     return 0;
   }
   if (major < 8) {
-    snprintf(why, len, "device 0 has compute capability %d.%d; %s needs 8.0 "
+    (void)snprintf(why, len, "device 0 has compute capability %d.%d; %s needs 8.0 "
              "or newer (mma.sync bf16, cp.async)", major, minor, BACKEND_NAME);
     return 0;
   }
@@ -271,12 +271,12 @@ typedef struct kdesc {
 static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
                     size_t len) {
   if (p->dtype != k->dtype) {
-    snprintf(why, len, "dtype is %s; this kernel is %s",
+    (void)snprintf(why, len, "dtype is %s; this kernel is %s",
              fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(k->dtype));
     return 0;
   }
   if (p->a.head_dim != k->dim || p->a.head_dim_v != k->dim) {
-    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+    (void)snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
              p->a.head_dim, p->a.head_dim_v, k->dim, k->dim);
     return 0;
   }
@@ -286,16 +286,16 @@ static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
 /* The tensor-core backwards: what they leave to cuda.generic. */
 static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
   if (config("FA_CUDA_DETERMINISTIC")) {
-    snprintf(why, len, "FA_CUDA_DETERMINISTIC is set (this backward adds dQ "
+    (void)snprintf(why, len, "FA_CUDA_DETERMINISTIC is set (this backward adds dQ "
              "atomically)");
     return 0;
   }
   if (p->paged) {
-    snprintf(why, len, "paged KV (this backward reads dense or varlen K/V)");
+    (void)snprintf(why, len, "paged KV (this backward reads dense or varlen K/V)");
     return 0;
   }
   if (p->a.softcap > 0.0f || p->a.alibi_slopes || !(p->a.scale > 0.0f)) {
-    snprintf(why, len, "softcap, ALiBi or a scale <= 0 (this backward has "
+    (void)snprintf(why, len, "softcap, ALiBi or a scale <= 0 (this backward has "
              "neither transform)");
     return 0;
   }
@@ -321,7 +321,7 @@ static int tma_ok(const char *name, const fa_tensor *t, int64_t rows,
     bad = "no storage rows, or 2^32 or more";
   (void)heads;
   if (!bad) return 1;
-  snprintf(why, len, "the copy engine cannot address %s (%s)", name, bad);
+  (void)snprintf(why, len, "the copy engine cannot address %s (%s)", name, bad);
   return 0;
 }
 
@@ -354,23 +354,29 @@ static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
   if (k->fam == SM90) {
     int cc = query_cc(q);
     if (cc != 90) {
-      snprintf(why, len, "device %d has compute capability %d.%d; this "
+      (void)snprintf(why, len, "device %d has compute capability %d.%d; this "
                "kernel is sm_90a", query_device(q), cc / 10, cc % 10);
       return 0;
     }
     int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
                     : sm90_find(k->dtype, k->dim) != NULL;
     if (!built) {
-      snprintf(why, len, "not compiled in this build (90a, "
+      (void)snprintf(why, len, "not compiled in this build (90a, "
                "FA_CUDA_HEAD_DIMS)");
       return 0;
     }
     if (p->paged) {
-      snprintf(why, len, "paged KV (the sm80 kernels read the block table)");
+      (void)snprintf(why, len,
+                     "paged KV (the sm80 kernels read the block table)");
+      return 0;
+    }
+    if (p->a.seqlen_k == 0) {
+      (void)snprintf(why, len, "seqlen_k 0 (a TMA map needs rows; the sm80 "
+                     "kernels take an empty cache)");
       return 0;
     }
     if (!probed_tma) {
-      snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
+      (void)snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
       return 0;
     }
     if (bwd && !tc_backward_ok(p, why, len)) return 0;
@@ -380,7 +386,7 @@ static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
   int built = bwd ? sm80_bwd_find(k->dtype, k->dim) != NULL
                   : sm80_find(k->dtype, k->dim, k->fam == DECODE) != NULL;
   if (!built) {
-    snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
+    (void)snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
     return 0;
   }
   return !bwd || tc_backward_ok(p, why, len);
@@ -505,7 +511,7 @@ static fa_status tma_refused(const char *name) {
 
 static const char *kernel_name(const char *fam, const fa_problem *p,
                                char *buf, size_t len) {
-  snprintf(buf, len, "cuda.%s.%s.d%d", fam, fa_gpu_dtype_name(p->dtype),
+  (void)snprintf(buf, len, "cuda.%s.%s.d%d", fam, fa_gpu_dtype_name(p->dtype),
            p->a.head_dim);
   return buf;
 }
@@ -566,8 +572,9 @@ static fa_status tc_backward_start(gpu_state *st, const fa_problem *p,
   if ((s = plan_scratch(st, plan, &ws))) return s;
   q->delta = ws;
   *dq_acc = (float *)((char *)ws + acc_at);
-  CK(cudaMemsetAsync(*dq_acc, 0, bytes - acc_at, st->stream),
-     "cudaMemsetAsync (dQ accumulator)");
+  if (bytes > acc_at) // (an empty problem has no accumulator)
+    CK(cudaMemsetAsync(*dq_acc, 0, bytes - acc_at, st->stream),
+       "cudaMemsetAsync (dQ accumulator)");
   return launched(fa_cuda_launch_bwd_delta(q, st->stream),
                   "backward (D = rowsum(dO o O))");
 }
@@ -628,8 +635,8 @@ KERNEL_FNS(generic, GENERIC, bf16, 0, "cuda.generic")
 #undef DECODE
 
 #define ENTRY(id, nm, fwd, bwd)                                                \
-  {.name = nm, .supports = supports_##id, .score = score_##id,                 \
-   .plan = plan_##id, .forward = fwd, .backward = bwd}
+  {.name = (nm), .supports = supports_##id, .score = score_##id,               \
+   .plan = plan_##id, .forward = (fwd), .backward = (bwd)}
 #define SM90(t, d, bwd)                                                        \
   ENTRY(sm90_##t##_d##d, "cuda.sm90." #t ".d" #d, fwd_sm90, bwd)
 #define SM80(t, d, bwd)                                                        \

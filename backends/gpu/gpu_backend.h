@@ -31,8 +31,8 @@ static const fa_core_services *core; // set once by fa_module_backends()
    (ROCm 5.2 returns the name for both). */
 static void rt_text(fa_rt_error e, char *buf, size_t len) {
   const char *text = fa_rt_error_string(e), *name = fa_rt_error_name(e);
-  if (strcmp(text, name) == 0) snprintf(buf, len, "%s", name);
-  else snprintf(buf, len, "%s (%s)", text, name);
+  if (strcmp(text, name) == 0) (void)snprintf(buf, len, "%s", name);
+  else (void)snprintf(buf, len, "%s (%s)", text, name);
 }
 
 /* FA_ERR_OUT_OF_MEMORY for an allocation failure, else FA_ERR_BACKEND, with
@@ -57,7 +57,7 @@ static fa_status rt_fail(fa_rt_error e, const char *what) {
 static fa_status launched(int err, const char *kernel) {
   if (err == 0) return FA_OK;
   char what[96];
-  snprintf(what, sizeof what, "launching %s", kernel);
+  (void)snprintf(what, sizeof what, "launching %s", kernel);
   return rt_fail((fa_rt_error)err, what);
 }
 
@@ -160,7 +160,7 @@ static fa_status workspace(gpu_state *st, size_t bytes, void **out) {
   if (e != FA_RT_SUCCESS) {
     st->ws = NULL;
     char what[96];
-    snprintf(what, sizeof what, "workspace of %zu bytes: " FA_RT "Malloc",
+    (void)snprintf(what, sizeof what, "workspace of %zu bytes: " FA_RT "Malloc",
              rounded);
     return rt_fail(e, what);
   }
@@ -204,7 +204,7 @@ static fa_status mem_alloc(void *state, size_t bytes, void **ptr) {
   fa_rt_error e = fa_rt_malloc(&p, bytes);
   if (e != FA_RT_SUCCESS) {
     char what[64];
-    snprintf(what, sizeof what, FA_RT "Malloc of %zu bytes", bytes);
+    (void)snprintf(what, sizeof what, FA_RT "Malloc of %zu bytes", bytes);
     return rt_fail(e, what);
   }
   *ptr = p; // both runtimes align to 256 bytes
@@ -361,9 +361,9 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   static const fa_backend module_backend = {                                   \
       .api_version = FA_BACKEND_API_VERSION,                                   \
       .name = FA_GPU_BACKEND_NAME,                                             \
-      .kind = kind_,                                                           \
+      .kind = (kind_),                                                         \
       .rank = 100,                                                             \
-      .memory_space = memory_space_,                                           \
+      .memory_space = (memory_space_),                                         \
       .probe = probe,                                                          \
       .context_create = ctx_create,                                            \
       .context_destroy = ctx_destroy,                                          \

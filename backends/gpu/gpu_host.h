@@ -169,39 +169,39 @@ static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
   const int bwd = l && l->op == FA_OP_BACKWARD;
   fa_dtype out = l ? l->o.dtype : p->dtype_out;
   if (p->dtype_out != p->dtype || out != p->dtype) {
-    snprintf(why, len, "output dtype %s differs from the input dtype %s (the "
+    (void)snprintf(why, len, "output dtype %s differs from the input dtype %s (the "
              "GPU kernels write o%s in the input dtype)",
              fa_gpu_dtype_name(p->dtype_out != p->dtype ? p->dtype_out : out),
              fa_gpu_dtype_name(p->dtype), bwd ? " and the gradients" : "");
     return 0;
   }
   if (p->descaled || (l && (l->q.descale || l->k.descale || l->v.descale))) {
-    snprintf(why, len, "descales (the GPU kernels read q, k and v as they "
+    (void)snprintf(why, len, "descales (the GPU kernels read q, k and v as they "
              "are)");
     return 0;
   }
   if (p->explicit_positions) {
     if (a->q_positions || a->k_positions) {
-      snprintf(why, len, "per-sequence positions (q_positions, k_positions): "
+      (void)snprintf(why, len, "per-sequence positions (q_positions, k_positions): "
                "the GPU kernels take one diagonal offset per problem");
       return 0;
     }
     int64_t shift = a->q_position - a->k_position;
     int64_t longer = a->seqlen_q > a->seqlen_k ? a->seqlen_q : a->seqlen_k;
     if ((shift < 0 ? -shift : shift) + longer >= INT_MAX) {
-      snprintf(why, len, "q_position - k_position = %lld: the GPU kernels "
+      (void)snprintf(why, len, "q_position - k_position = %lld: the GPU kernels "
                "take |offset| + max(seqlen_q, seqlen_k) < 2^31",
                (long long)shift);
       return 0;
     }
   }
   if (bwd && a->backward_mode == FA_BACKWARD_ACCUMULATE) {
-    snprintf(why, len, "backward_mode FA_BACKWARD_ACCUMULATE (the GPU "
+    (void)snprintf(why, len, "backward_mode FA_BACKWARD_ACCUMULATE (the GPU "
              "backward overwrites dq, dk and dv)");
     return 0;
   }
   if (bwd && a->dsinks && a->sinks) {
-    snprintf(why, len, "dsinks (the GPU backward does not compute the "
+    (void)snprintf(why, len, "dsinks (the GPU backward does not compute the "
              "sinks' gradient)");
     return 0;
   }
@@ -215,7 +215,7 @@ static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
 static inline int fa_gpu_aligned16(const fa_kernel_query *kq, char *why,
                                    size_t len) {
   if (!kq->layout || kq->layout->align >= 16) return 1;
-  snprintf(why, len, "tensors aligned to %d bytes (data or a stride); this "
+  (void)snprintf(why, len, "tensors aligned to %d bytes (data or a stride); this "
            "kernel copies 16-byte chunks", kq->layout->align);
   return 0;
 }

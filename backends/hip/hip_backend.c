@@ -72,7 +72,7 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess || n < 1) {
     char text[160] = "0 devices";
     if (e != hipSuccess) rt_text(e, text, sizeof text);
-    snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
+    (void)snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
     (void)hipGetLastError();
     return 0;
   }
@@ -81,13 +81,13 @@ static int probe(char *why, size_t len) {
   if (e != hipSuccess) {
     char text[160];
     rt_text(e, text, sizeof text);
-    snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
+    (void)snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
     (void)hipGetLastError();
     return 0;
   }
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base)) {
-    snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
+    (void)snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
              "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
              prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
     return 0;
@@ -157,17 +157,17 @@ static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
                          char *why, size_t len) {
   const fa_problem *p = kq->problem;
   if (p->dtype != dtype) {
-    snprintf(why, len, "dtype is %s; this kernel is %s",
+    (void)snprintf(why, len, "dtype is %s; this kernel is %s",
              fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+    (void)snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
              p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!cdna_find(dtype, dim)) {
-    snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
+    (void)snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
     return 0;
   }
   return fa_gpu_features_ok(kq, why, len) && fa_gpu_aligned16(kq, why, len);
