@@ -325,7 +325,9 @@ static int dispatch_pass(const fa_context *ctx, const fa_problem *p,
       if (!fa_kernel_accepts(kr, &q, layout->op, ctx->only_kernel,
                              wl ? why : NULL, wl)) {
         if (log) fa_log("  %s %s: skipped: %s", b->name, kr->name, why);
-        if (all_len) {
+        // A context bound to one kernel fails with that kernel's reason
+        // alone (the others' "bound to" would crowd it out).
+        if (all_len && !(ctx->only_kernel && kr != ctx->only_kernel)) {
           size_t l = strlen(all);
           (void)snprintf(all + l, all_len - l, "%s%s %s: %s", l ? "; " : "",
                          b->name, kr->name, why);

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # One command for a GPU machine: build the CUDA module and the tests, run
 # `ctest -L cuda` (module checks, GPU-vs-CPU tests, the float64-oracle grid
-# xval.cuda-sm80.*), compute-sanitizer memcheck/racecheck on a subset
+# through dispatch, xval.cuda.*, and through every kernel bound by name,
+# xval.cuda.<kernel>.all), compute-sanitizer memcheck/racecheck on a subset
 # (ctest -L gpu-sanitizer), then the benchmark against PyTorch SDPA
 # (FlashAttention-2 and cuDNN) and decode; a short table comes last.
 # --large adds `ctest -L gpu-large` (cuda.large: 64-bit offsets over a
@@ -68,10 +69,10 @@ if [ $do_tests = 1 ]; then
   grep -E "Test +#|tests passed" "$out/ctest-cuda.log" | tail -60
   skipped=$(grep -c "\*\*\*Skipped" "$out/ctest-cuda.log" || true)
   # Cases of the oracle grid: test_xval's "<backend> <group>: N passed, ..."
-  cases=$(grep -hoE "cuda-sm80 [a-z.]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped" \
+  cases=$(grep -hoE "cuda[a-z0-9.]* [a-z.-]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped" \
     "$out/ctest-cuda.log" | awk '{p+=$3; f+=$5; s+=$7} END {printf "%d passed, %d failed, %d skipped", p, f, s}')
   summary+=("ctest -L cuda: $(ctest_line "$out/ctest-cuda.log"); skipped $skipped")
-  summary+=("xval cases on cuda-sm80 (vs the float64 oracle): $cases")
+  summary+=("xval cases on cuda and its kernels (vs the float64 oracle): $cases")
 fi
 
 if [ $do_san = 1 ]; then

@@ -3,7 +3,7 @@
 # One command for a ROCm machine with an MI200 (gfx90a) or MI300 (gfx942):
 # build the HIP module with ROCm's own compiler and run every HIP test --
 # the host-side ones, the module test (which then expects a usable device),
-# hip.gpu (HIP vs CPU) and the float64-oracle grid xval.hip-cdna.* (forward
+# hip.gpu (HIP vs CPU) and the float64-oracle grid xval.hip.* and xval.hip.<kernel>.* (forward
 # on the MFMA kernels, backward on the generic ones). Exits non-zero if any
 # test fails, and also if the device tests SKIPPED (no usable device found:
 # nothing was verified).

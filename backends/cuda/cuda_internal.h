@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "gpu_params.h"
+#include "plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,14 +42,29 @@ typedef struct fa_cuda_tile {
 
 extern const fa_cuda_tile fa_cuda_tiles[];
 extern const int fa_cuda_num_tiles;
-/* Decode tiles (16 lanes), used when the plan's q block fits in 16 lanes. */
+/* Decode tiles (32 lanes): the kernels cuda.sm80.<dtype>.d<dim>.decode. */
 extern const fa_cuda_tile fa_cuda_decode_tiles[];
 extern const int fa_cuda_num_decode_tiles;
 
-/* Planner capabilities the tile table is built for (cuda_tiles.c). */
-extern const size_t fa_cuda_plan_mem_bytes;
-extern const int fa_cuda_plan_align, fa_cuda_plan_max_bq, fa_cuda_plan_max_bk;
+/* The sm90 forward's tiles (sm90_tiles.def). */
+typedef struct fa_cuda_sm90_tile {
+  int head_dim, block_m, block_n, stages;
+} fa_cuda_sm90_tile;
+extern const fa_cuda_sm90_tile fa_cuda_sm90_tiles[];
+extern const int fa_cuda_num_sm90_tiles;
 
+/* The row of head_dim (decode: the decode tiles), or NULL. */
+const fa_cuda_tile *fa_cuda_tile_of(int decode, int head_dim);
+const fa_cuda_sm90_tile *fa_cuda_sm90_tile_of(int head_dim);
+
+/* The planner's inputs for blocks of at most block_q lanes x block_k keys
+   on a device of num_sms SMs (cuda_tiles.c says why these). */
+void fa_cuda_caps(int num_sms, int block_q, int block_k, int pack_gqa,
+                  fa_caps *caps);
+
+/* The plan of the sm80 forward with tile t (main or decode). */
+void fa_cuda_sm80_plan(const fa_problem *p, const fa_cuda_tile *t,
+                       int num_sms, fa_plan_data *out);
 
 #ifdef __cplusplus
 }

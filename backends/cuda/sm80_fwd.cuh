@@ -273,11 +273,13 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
       const int j = kb * BK + r;
-      const bool ok = j < sk;
+      bool ok = j < sk;
       int64_t ko = 0, vo = 0;
       if (ok && p.paged) {
         ko = fa_gpu_k_offset(&p, &p.k, b, j, hk);
         vo = fa_gpu_k_offset(&p, &p.v, b, j, hk);
+        // A block-table entry outside the pool (offset -1): zeros.
+        if (ko < 0) ok = false, ko = vo = 0;
       } else if (ok) {
         ko = k_row0 + (int64_t)j * kss;
         vo = v_row0 + (int64_t)j * vss;

@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(256, 1)
   }
 
   const int qbat = p.varlen_q ? 0 : b, kbat = p.varlen_k ? 0 : b;
-  const int qrow0 = p.varlen_q ? p.cu_seqlens_q[b] : 0;
-  const int krow0 = p.varlen_k ? p.cu_seqlens_k[b] : 0;
+  const int qrow0 = (int)fa_gpu_start_q(&p, b);
+  const int krow0 = (int)fa_gpu_start_k(&p, b);
   auto head_of = [&](int t) { return hk * p.group + t / nrb; };
   auto row_of = [&](int t) { return r_first + t % nrb * BQ; };
   // Step t's Q and dO (thread 0) ...
@@ -416,7 +416,8 @@ __global__ void __launch_bounds__(256, 1)
 }
 
 /* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
-   be described to the copy engine; the caller then runs the sm80 backward.
+   be described to the copy engine (supports() checks the same conditions
+   beforehand, so the caller reports -1 as an error).
    dq_acc: zeroed fp32 accumulator of rows_q(p) x D; p->delta: D filled. */
 template <typename T, int D>
 int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,

@@ -269,13 +269,13 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       const int hk = t.h / p.group;
       bar_wait(q_empty, (nq & 1) ^ 1);
       bar_expect_tx(q_full, QB);
-      const int qrow = p.varlen_q ? p.cu_seqlens_q[t.b] + t.row0 : t.row0;
+      const int qrow = (int)fa_gpu_start_q(&p, t.b) + t.row0;
       const int qbat = p.varlen_q ? 0 : t.b;
 #pragma unroll
       for (int cb = 0; cb < NCB; cb++)
         tma_load(sQ + cb * BM * 128, &tq, q_full, cb * 64, qrow, t.h, qbat);
       nq++;
-      const int krow = p.varlen_k ? p.cu_seqlens_k[t.b] : 0;
+      const int krow = (int)fa_gpu_start_k(&p, t.b);
       const int kbat = p.varlen_k ? 0 : t.b;
       for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
         const uint32_t s = it % ST, ph = (it / ST) & 1;
@@ -659,13 +659,16 @@ template <int D> constexpr int smem_bytes() {
 }
 
 /* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
-   be described to the copy engine; the caller then runs the sm80 kernel.
+   be described to the copy engine (supports() checks the same conditions
+   beforehand, so the caller reports -1 as an error).
    in: the problem (its plan fields are replaced here by this kernel's
    geometry: q blocks of the tile's BM rows, one head per item, no split);
-   rows_q / rows_k: storage rows of varlen Q / K (0 when dense). */
+   rows_q / rows_k: storage rows of varlen Q / K (0 when dense); serial: 1
+   for the serial schedule (no ping-pong, no overlap of softmax and P V),
+   kept to measure what the overlap buys (FA_SM90_SERIAL). */
 template <typename T, int D>
 int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
-           void *stream) {
+           int serial, void *stream) {
   typedef tile<D> TL;
   fa_gpu_params g = *in;
   const fa_gpu_params *p = &g;
@@ -686,13 +689,10 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
     return -1;
   const bool special =
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
-  // FA_SM90_SERIAL=1: the serial schedule (no ping-pong, no overlap of
-  // softmax and P V), kept to measure what the overlap buys.
   // With softcap/ALiBi only d128 overlaps: the transform code spilled in
   // the overlapped schedule at d256 (96 bytes) and d64 (236 bytes, 160
   // registers for three consumers); their serial schedule spills nothing.
-  const char *serial = getenv("FA_SM90_SERIAL");
-  const bool pp = !(serial && *serial && *serial != '0');
+  const bool pp = !serial;
   constexpr bool kSpecialPP = D == 128;
   auto kernel = special ? (pp ? fwd_kernel<T, D, true, kSpecialPP>
                               : fwd_kernel<T, D, true, false>)
@@ -713,10 +713,10 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
 
 /* One instantiation: extern "C" launcher fa_sm90_fwd_<dtype>_d<dim>. */
 #define FA_SM90_FWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm90_fwd_##tname##_d##D(const fa_gpu_params *p,          \
-                                            int64_t rows_q, int64_t rows_k,   \
-                                            int sms, void *stream) {          \
-    return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, stream);             \
+  extern "C" int fa_sm90_fwd_##tname##_d##D(                                \
+      const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,         \
+      int serial, void *stream) {                                              \
+    return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, serial, stream);     \
   }
 
 #endif

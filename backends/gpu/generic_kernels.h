@@ -99,10 +99,13 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       float s = -INFINITY;
       int64_t vof = 0;
       if (j < jhi) {
+        // A key of a block-table entry outside the pool (offset -1) is a
+        // row of zeros: dot 0 here, and no V row below.
         const int64_t kof = fa_gpu_k_offset(&p, &p.k, b, j, hk);
         vof = fa_gpu_k_offset(&p, &p.v, b, j, hk);
         float dot = 0.0f;
-        for (int c = 0; c < D; c++) dot += qs[c] * T::load(k + kof + c);
+        if (kof >= 0)
+          for (int c = 0; c < D; c++) dot += qs[c] * T::load(k + kof + c);
         s = fa_gpu_transform(&p, p.scale * dot, h, i, j, shift);
       }
       // fa_softmax_update; every key of [jlo, jhi) is visible, so the
@@ -118,6 +121,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       for (int jj = 0; jj < cnt; jj++) {
         const float pp = fa_gpu_shfl(pj, jj);
         const int64_t vo = fa_gpu_shfl_i64(vof, jj);
+        if (vo < 0) continue; // a V row of zeros
 #pragma unroll
         for (int u = 0; u < kCols; u++) {
           const int c = lane + FA_GPU_WARP * u;
@@ -258,16 +262,18 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     const int j = j0 + lane;
     float P = 0.0f, dS = 0.0f;
     int64_t kof = 0;
-    if (j < hi) {
-      kof = fa_gpu_k_offset(&p, &p.k, b, j, hk);
+    kof = j < hi ? fa_gpu_k_offset(&p, &p.k, b, j, hk) : -1;
+    // A key of a block-table entry outside the pool (offset -1) is a row
+    // of zeros, whose term of dQ (dS k) is 0: skipped.
+    if (kof >= 0)
       grad_pair<T>(p, qrow, dorow, k, kof, v,
                    fa_gpu_k_offset(&p, &p.v, b, j, hk), h, i, j, shift, lse,
                    dl, &P, &dS);
-    }
     const int cnt = min(FA_GPU_WARP, hi - j0);
     for (int jj = 0; jj < cnt; jj++) {
       const float ds = fa_gpu_shfl(dS, jj);
       const int64_t ko = fa_gpu_shfl_i64(kof, jj);
+      if (ko < 0) continue;
 #pragma unroll
       for (int u = 0; u < kCols; u++) {
         const int c = lane + FA_GPU_WARP * u;
@@ -313,6 +319,9 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     for (int c = lane; c < DV; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
     return;
   }
+  // A key of a block-table entry outside the pool (offset -1) has no
+  // gradient slot to write: skipped.
+  if (fa_gpu_k_offset(&p, &p.k, b, j, hk) < 0) return;
   float *krow = smem + warp * (D + DV), *vrow = krow + D;
   const typename T::storage *q = cptr<T>(p.q), *d_o = cptr<T>(p.d_o);
   load_row<T>(krow, cptr<T>(p.k), fa_gpu_k_offset(&p, &p.k, b, j, hk), D, lane);
@@ -389,6 +398,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   typename T::storage *dv = (typename T::storage *)p.dv.data;
   const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
   const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+  if (ok < 0) return; // not a page of the pool: nothing to zero
   for (int c = lane; c < p.head_dim; c += FA_GPU_WARP) T::store(dk + ok + c, 0.0f);
   for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
 }

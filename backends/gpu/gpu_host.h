@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Host code the GPU modules share (cuda_backend.c, hip_backend.c): filling
 // fa_gpu_params from the core's validated problem, plan and tensors; the
-// sizes of the split-KV scratch; the merge descriptors; the order of the
-// generic backward's launches; the checks every module makes before a
-// launch. Plain C11 with no vendor runtime call: each module keeps its own
-// device, stream, workspace and error text, and passes the core's services
-// where a failure is reported.
+// admission rules every GPU kernel shares (the 0.2 features they decline,
+// alignment); the plans of kernels that fix their own tile; the sizes of
+// the split-KV and backward scratch; the merge descriptors; the order of
+// the generic backward's launches. Plain C11 with no vendor runtime call:
+// each module keeps its own device, stream, workspace and error text, and
+// passes the core's services where a failure is reported.
 #ifndef FA_GPU_HOST_H
 #define FA_GPU_HOST_H
 
@@ -17,6 +18,7 @@
 
 #include "backend.h"
 #include "gpu_params.h"
+#include "gpu_semantics.h"
 
 static inline fa_gpu_view fa_gpu_view_of(const fa_tensor *t) {
   fa_gpu_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
@@ -52,6 +54,13 @@ static inline void fa_gpu_fill_problem(fa_gpu_params *q, const fa_problem *p) {
   q->block_table = a->block_table;
   q->max_blocks_per_seq = a->max_blocks_per_seq;
   q->page_size = a->page_size;
+  q->num_pages = a->num_pages;
+  q->rows_q = p->rows_q;
+  q->rows_k = p->rows_k;
+  if (p->explicit_positions) { // one offset (fa_gpu_features_ok)
+    q->shift_fixed = 1;
+    q->shift = (int)(a->q_position - a->k_position);
+  }
   q->only_batch = -1;
 }
 
@@ -106,19 +115,143 @@ static inline int64_t fa_gpu_rows_q(const fa_gpu_params *q) {
   return (int64_t)q->batch * q->heads_q * q->seqlen_q;
 }
 
-/* Scratch bytes of the split-KV partials (part_ml, part_o), 0 when the plan
-   does not split the keys; fa_gpu_place_split points them into ws. */
-static inline size_t fa_gpu_split_bytes(const fa_gpu_params *q) {
-  if (q->num_splits <= 1) return 0;
-  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
-  return rows * 2 * sizeof(float) +
-         rows * (size_t)q->head_dim_v * sizeof(float);
+/* Scratch bytes of a forward plan's split-KV partials (part_ml, part_o), 0
+   when it does not split the keys; fa_gpu_place_split points them into
+   the scratch. */
+static inline size_t fa_gpu_split_bytes_of(const fa_problem *p,
+                                           const fa_plan_data *d) {
+  if (d->num_splits <= 1) return 0;
+  size_t rows = (size_t)d->num_work * (size_t)d->block_q;
+  return rows * (2 + (size_t)p->a.head_dim_v) * sizeof(float);
 }
 
 static inline void fa_gpu_place_split(fa_gpu_params *q, void *ws) {
   size_t rows = (size_t)q->num_work * (size_t)q->block_q;
   q->part_ml = (float *)ws;
   q->part_o = (float *)ws + rows * 2;
+}
+
+/* Scratch of a tensor-core backward: D = rowsum(dO * O) (one float per lse
+   row, rounded to 256 bytes), then the fp32 dQ accumulator (rows_q x
+   head_dim): *acc_at is the accumulator's offset. */
+static inline size_t fa_gpu_bwd_scratch(const fa_problem *p, size_t *acc_at) {
+  const fa_attention *a = &p->a;
+  size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seqlen_q;
+  size_t delta = (rows * sizeof(float) + 255) & ~(size_t)255;
+  if (acc_at) *acc_at = delta;
+  return delta + rows * (size_t)a->head_dim * sizeof(float);
+}
+
+static inline const char *fa_gpu_dtype_name(fa_dtype t) {
+  switch (t) {
+  case FA_F32: return "f32";
+  case FA_F16: return "f16";
+  case FA_BF16: return "bf16";
+  case FA_E4M3: return "e4m3";
+  case FA_E5M2: return "e5m2";
+  }
+  return "?";
+}
+
+/* The 0.2 features no GPU kernel implements yet, declined with a reason by
+   every kernel's supports() (so dispatch says why, and nothing runs a
+   problem it would get wrong): an output dtype other than the input's,
+   descales, per-sequence positions, the accumulating backward and dsinks.
+   Explicit positions without per-sequence arrays are one diagonal offset
+   for every sequence, which the kernels take (fa_gpu_params.shift) while
+   |offset| + the longer length stays below 2^31 (their row arithmetic is
+   32-bit, as it is for the aligned offset sk - sq). */
+static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
+                                     size_t len) {
+  const fa_problem *p = kq->problem;
+  const fa_attention *a = &p->a;
+  const fa_layout *l = kq->layout;
+  const int bwd = l && l->op == FA_OP_BACKWARD;
+  fa_dtype out = l ? l->o.dtype : p->dtype_out;
+  if (p->dtype_out != p->dtype || out != p->dtype) {
+    (void)snprintf(why, len, "output dtype %s differs from the input dtype %s (the "
+             "GPU kernels write o%s in the input dtype)",
+             fa_gpu_dtype_name(p->dtype_out != p->dtype ? p->dtype_out : out),
+             fa_gpu_dtype_name(p->dtype), bwd ? " and the gradients" : "");
+    return 0;
+  }
+  if (p->descaled || (l && (l->q.descale || l->k.descale || l->v.descale))) {
+    (void)snprintf(why, len, "descales (the GPU kernels read q, k and v as they "
+             "are)");
+    return 0;
+  }
+  if (p->explicit_positions) {
+    if (a->q_positions || a->k_positions) {
+      (void)snprintf(why, len, "per-sequence positions (q_positions, k_positions): "
+               "the GPU kernels take one diagonal offset per problem");
+      return 0;
+    }
+    int64_t shift = a->q_position - a->k_position;
+    int64_t longer = a->seqlen_q > a->seqlen_k ? a->seqlen_q : a->seqlen_k;
+    if ((shift < 0 ? -shift : shift) + longer >= INT_MAX) {
+      (void)snprintf(why, len, "q_position - k_position = %lld: the GPU kernels "
+               "take |offset| + max(seqlen_q, seqlen_k) < 2^31",
+               (long long)shift);
+      return 0;
+    }
+  }
+  if (bwd && a->backward_mode == FA_BACKWARD_ACCUMULATE) {
+    (void)snprintf(why, len, "backward_mode FA_BACKWARD_ACCUMULATE (the GPU "
+             "backward overwrites dq, dk and dv)");
+    return 0;
+  }
+  if (bwd && a->dsinks && a->sinks) {
+    (void)snprintf(why, len, "dsinks (the GPU backward does not compute the "
+             "sinks' gradient)");
+    return 0;
+  }
+  return 1;
+}
+
+/* Tensor-core kernels copy 16-byte chunks: every tensor and stride of the
+   layout must be 16-byte aligned (fa_explain's layout, NULL, is
+   contiguous: aligned when head_dim is a multiple of 8, which every such
+   kernel's head dim is). */
+static inline int fa_gpu_aligned16(const fa_kernel_query *kq, char *why,
+                                   size_t len) {
+  if (!kq->layout || kq->layout->align >= 16) return 1;
+  (void)snprintf(why, len, "tensors aligned to %d bytes (data or a stride); this "
+           "kernel copies 16-byte chunks", kq->layout->align);
+  return 0;
+}
+
+/* The plan of a kernel that fixes its own tile: q blocks of block_q rows of
+   one head, keys in blocks of block_k, no GQA packing and no kv split;
+   blocks visited counted as fa_plan_compute counts them (at the maximum
+   lengths). workspace_bytes is the caller's. */
+static inline void fa_gpu_fixed_plan(const fa_problem *p, int block_q,
+                                     int block_k, fa_plan_data *out) {
+  const fa_attention *a = &p->a;
+  memset(out, 0, sizeof *out);
+  out->block_q = out->block_rows = block_q;
+  out->block_k = block_k;
+  out->pack_group = 1;
+  out->kv_heads_per_tile = 1;
+  out->head_dim_pad = a->head_dim;
+  out->head_dim_v_pad = a->head_dim_v;
+  out->num_q_blocks = (int)(((int64_t)a->seqlen_q + block_q - 1) / block_q);
+  out->num_k_blocks = (int)(((int64_t)a->seqlen_k + block_k - 1) / block_k);
+  out->num_splits = 1;
+  int64_t units = (int64_t)a->batch * a->heads_q;
+  out->num_work = units * out->num_q_blocks;
+  out->blocks_total = out->num_work * out->num_k_blocks;
+  out->blocks_visited = out->blocks_total;
+  if (out->num_q_blocks > (1 << 20)) return; // as fa_plan_compute
+  fa_gpu_params g;
+  fa_gpu_fill_problem(&g, p);
+  int64_t visited = 0;
+  for (int qb = 0; qb < out->num_q_blocks; qb++) {
+    int kb0, kb1;
+    fa_gpu_kv_blocks(&g, block_q, block_k, a->seqlen_q, a->seqlen_k, qb, &kb0,
+                     &kb1);
+    if (kb1 > kb0) visited += kb1 - kb0;
+  }
+  out->blocks_visited = visited * units;
 }
 
 /* Launches of at most INT_MAX workgroups (CTAs). */
@@ -131,15 +264,17 @@ static inline fa_status fa_gpu_grid_fits(const fa_core_services *core,
 
 /* supports() of the generic kernels: head dims up to FA_GPU_MAX_HEAD_DIM,
    16/32-bit inputs (the loaders do not call backends/gpu/fp8.h yet). */
-static inline int fa_gpu_generic_supports(const fa_problem *p, char *why,
-                                          size_t len) {
+static inline int fa_gpu_generic_supports(const fa_kernel_query *kq,
+                                          char *why, size_t len) {
+  const fa_problem *p = kq->problem;
   if (p->dtype == FA_E4M3 || p->dtype == FA_E5M2) {
-    snprintf(why, len,
-             "FP8 inputs (%s): the GPU loaders do not decode FP8 "
-             "yet (the CPU backends do)",
-             p->dtype == FA_E4M3 ? "e4m3" : "e5m2");
+    (void)snprintf(why, len,
+                   "FP8 inputs (%s): the GPU loaders do not decode FP8 "
+                   "yet (the CPU backends do)",
+                   p->dtype == FA_E4M3 ? "e4m3" : "e5m2");
     return 0;
   }
+  if (!fa_gpu_features_ok(kq, why, len)) return 0;
   if (p->a.head_dim > FA_GPU_MAX_HEAD_DIM) {
     (void)snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
                    FA_GPU_MAX_HEAD_DIM);

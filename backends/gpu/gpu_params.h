@@ -24,7 +24,15 @@ typedef struct fa_gpu_params {
   float scale, softcap;
   int window_left, window_right; // -1 unbounded
   int top_left;                  // diagonal offset 0 instead of sk - sq
+  int shift_fixed, shift;        // explicit positions without per-sequence
+                                 // arrays: every sequence's diagonal offset
+                                 // is `shift` (q_position - k_position)
   int varlen_q, varlen_k, paged;
+  // Bounds that no device array may take a kernel past (fa_gpu_len_q/k and
+  // the row offsets clamp to them): storage rows of varlen Q and K/V
+  // (fa_attention.rows_q / rows_k) and the pages of the pool.
+  int64_t rows_q, rows_k;
+  int num_pages;
   int dtype;                     // fa_dtype
   const float *alibi_slopes, *sinks;
   const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k, *block_table;

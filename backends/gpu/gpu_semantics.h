@@ -22,27 +22,57 @@
 #define FA_GPU_HD static inline
 #endif
 
-/* fa_seq_len_q */
-FA_GPU_HD int fa_gpu_len_q(const fa_gpu_params *p, int b) {
-  return p->varlen_q ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b]
-                     : p->seqlen_q;
+/* The device arrays (cu_seqlens, seqused_k, block_table) are not checked
+   before a launch (only in checked mode, by the core): the helpers below
+   are the one place where every GPU kernel reads them, and they clamp what
+   they read so that no entry takes a kernel outside the tensors or the page
+   pool. Row starts lie in [0, rows], a sequence's rows end by rows and
+   number at most seqlen_q / seqlen_k, seqused_k lies in [0, the sequence's
+   key rows], and a block-table entry outside [0, num_pages) gives offset
+   -1, which every caller reads as a row of zeros (and never writes). For
+   valid arrays every clamp is the identity: the core's fa_seq_len_q/k and
+   fa_q_offset/fa_k_offset. */
+FA_GPU_HD int64_t fa_gpu_clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
 }
 
-/* fa_seq_len_k: seqused_k first, then cu_seqlens_k. */
-FA_GPU_HD int fa_gpu_len_k(const fa_gpu_params *p, int b) {
-  if (p->seqused_k) return p->seqused_k[b];
-  if (p->varlen_k) return p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
-  return p->seqlen_k;
+/* First storage row of sequence b of varlen Q (0 when dense). */
+FA_GPU_HD int64_t fa_gpu_start_q(const fa_gpu_params *p, int b) {
+  return p->varlen_q ? fa_gpu_clamp64(p->cu_seqlens_q[b], 0, p->rows_q) : 0;
+}
+
+/* First storage row of sequence b of varlen K/V (0 when dense or paged). */
+FA_GPU_HD int64_t fa_gpu_start_k(const fa_gpu_params *p, int b) {
+  return p->varlen_k ? fa_gpu_clamp64(p->cu_seqlens_k[b], 0, p->rows_k) : 0;
+}
+
+/* fa_seq_len_q */
+FA_GPU_HD int fa_gpu_len_q(const fa_gpu_params *p, int b) {
+  if (!p->varlen_q) return p->seqlen_q;
+  const int64_t s = fa_gpu_start_q(p, b);
+  const int64_t e = fa_gpu_clamp64(p->cu_seqlens_q[b + 1], s, p->rows_q);
+  return (int)(e - s < p->seqlen_q ? e - s : p->seqlen_q);
 }
 
 /* Rows of K/V storage that sequence b owns (dense or varlen; not paged). */
 FA_GPU_HD int fa_gpu_storage_k(const fa_gpu_params *p, int b) {
-  return p->varlen_k ? p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b]
-                     : p->seqlen_k;
+  if (!p->varlen_k) return p->seqlen_k;
+  const int64_t s = fa_gpu_start_k(p, b);
+  const int64_t e = fa_gpu_clamp64(p->cu_seqlens_k[b + 1], s, p->rows_k);
+  return (int)(e - s < p->seqlen_k ? e - s : p->seqlen_k);
+}
+
+/* fa_seq_len_k: seqused_k first, then cu_seqlens_k. */
+FA_GPU_HD int fa_gpu_len_k(const fa_gpu_params *p, int b) {
+  const int storage = fa_gpu_storage_k(p, b);
+  if (p->seqused_k)
+    return (int)fa_gpu_clamp64(p->seqused_k[b], 0, storage);
+  return storage;
 }
 
 /* fa_diag_shift */
 FA_GPU_HD int fa_gpu_shift(const fa_gpu_params *p, int sq, int sk) {
+  if (p->shift_fixed) return p->shift;
   return p->top_left ? 0 : sk - sq;
 }
 
@@ -90,23 +120,25 @@ FA_GPU_HD void fa_gpu_queries_of_keys(const fa_gpu_params *p, int col0, int n,
   *i1 = b1;
 }
 
-/* fa_q_offset */
+/* fa_q_offset (i < fa_gpu_len_q: the row is inside the tensor) */
 FA_GPU_HD int64_t fa_gpu_q_offset(const fa_gpu_params *p, const fa_gpu_view *t,
                                   int b, int i, int h) {
-  int64_t row = p->varlen_q ? (int64_t)p->cu_seqlens_q[b] + i : i;
+  int64_t row = fa_gpu_start_q(p, b) + i;
   int64_t base = p->varlen_q ? 0 : (int64_t)b * t->sb;
   return base + row * t->ss + (int64_t)h * t->sh;
 }
 
-/* fa_k_offset: through the block table when paged. */
+/* fa_k_offset: through the block table when paged; -1 when the entry is
+   not a page of the pool (callers read zeros, write nothing). */
 FA_GPU_HD int64_t fa_gpu_k_offset(const fa_gpu_params *p, const fa_gpu_view *t,
                                   int b, int j, int h) {
   if (p->paged) {
     int ps = p->page_size;
     int64_t page = p->block_table[(int64_t)b * p->max_blocks_per_seq + j / ps];
+    if (page < 0 || page >= p->num_pages) return -1;
     return page * t->sb + (int64_t)(j % ps) * t->ss + (int64_t)h * t->sh;
   }
-  int64_t row = p->varlen_k ? (int64_t)p->cu_seqlens_k[b] + j : j;
+  int64_t row = fa_gpu_start_k(p, b) + j;
   int64_t base = p->varlen_k ? 0 : (int64_t)b * t->sb;
   return base + row * t->ss + (int64_t)h * t->sh;
 }

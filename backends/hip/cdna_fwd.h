@@ -84,8 +84,10 @@ FA_GPU_DEVICE void stage_kv(const fa_gpu_params &p, int b, int hk, int j0,
     const int row = idx / chunks, c = (idx % chunks) * 8;
     const int j = j0 + row;
     uint4 kx = {0, 0, 0, 0}, vx = {0, 0, 0, 0};
-    if (j < jend) {
-      kx = *(const uint4 *)(k + fa_gpu_k_offset(&p, &p.k, b, j, hk) + c);
+    // A block-table entry outside the pool (offset -1) stays zeros.
+    const int64_t ko = j < jend ? fa_gpu_k_offset(&p, &p.k, b, j, hk) : -1;
+    if (ko >= 0) {
+      kx = *(const uint4 *)(k + ko + c);
       vx = *(const uint4 *)(v + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c);
     }
     uint2 *kd = (uint2 *)(ks + row * TL::kPitchK + c);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The HIP backend "hip-cdna" (AMD Instinct MI200 gfx90a, MI300 gfx942), as
-// the loadable module libflashattn-hip.so.
+// The HIP backend "hip" (AMD Instinct MI200 gfx90a, MI300 gfx942), as the
+// loadable module libflashattn-hip.so.
 //
 // The core dlopens this module at first use and calls fa_module_backends()
 // (FA_MODULE_ENTRY) with its services. The module links libamdhip64: where
@@ -10,65 +10,41 @@
 // architecture this build has no code for). fa_explain() and
 // FA_LOG=dispatch print both; nothing crashes.
 //
-// Host side of every call: set the context's device, fill one fa_gpu_params
-// (backends/gpu/gpu_host.h) from the validated problem and the core's plan, take scratch from the
-// context's workspace (grown on demand), enqueue on the context's stream,
-// check every HIP call. Failures become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY
-// for allocations) with hipGetErrorString's text, through core->fail.
+// The host side is the one the CUDA module shares (backends/gpu/
+// gpu_backend.h over gpu_runtime.h's HIP names); this file adds the probe,
+// the devices it takes (CDNA archs it has code for) and its kernels. Each
+// kernel owns its admission and its plan (core/backend.h); plan() reserves
+// the scratch the plan needs in the context's workspace, so that a call
+// fills one fa_gpu_params (backends/gpu/gpu_host.h), enqueues on the
+// context's stream and neither allocates, copies nor synchronises; it runs
+// exactly the kernel dispatch chose. Every HIP call is checked: failures
+// become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY for allocations) with
+// hipGetErrorString's text, through core->fail.
 //
-// Kernels, best first:
+// Kernels (dispatch takes the highest score among those that accept):
 //   hip.cdna.<bf16|f16>.d<64|128|256>  MFMA forward (cdna_fwd.h), head_dim ==
-//       head_dim_v; every mask, softcap, ALiBi, sinks, GQA packing, varlen,
-//       paged KV, split-KV, LSE. Backward: the next kernel.
+//       head_dim_v, 16-byte aligned tensors; every mask, softcap, ALiBi,
+//       sinks, GQA packing, varlen, paged KV, split-KV, LSE. Forward only.
+//       Score 20.
 //   hip.generic  every problem with head dims <= 256, forward and backward
-//       (backends/gpu/generic_kernels.h, wave64).
-// FA_HIP_GENERIC=1 in the environment makes the MFMA kernels say no.
-#include <hip/hip_runtime_api.h>
+//       (backends/gpu/generic_kernels.h, wave64). Score 0.
+// For triage and tests, bind a context to a kernel by name
+// (fa_context_create_by_name(&ctx, "hip.generic")).
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "backend.h"
-#include "gpu_host.h"
 #include "hip_internal.h"
+
+#define FA_GPU_RUNTIME_HIP 1
+#define FA_GPU_BACKEND_NAME "hip"
+#define FA_GPU_LAUNCHER(x) fa_hip_launch_##x
+#include "gpu_backend.h" // state, workspace, memory, generic kernels, merge
 
 #ifndef FA_HIP_ARCHS
 #define FA_HIP_ARCHS "gfx90a,gfx942"
 #endif
 
-static const fa_core_services *core; // set once by fa_module_backends()
-
-#define BACKEND_NAME "hip-cdna"
-
-/* ---- errors ------------------------------------------------------------- */
-
-/* "text (name)", or just the name where the runtime's text is the name
-   (ROCm 5.2 returns the name for both). */
-static void hip_text(hipError_t e, char *buf, size_t len) {
-  const char *text = hipGetErrorString(e), *name = hipGetErrorName(e);
-  if (strcmp(text, name) == 0)
-    (void)snprintf(buf, len, "%s", name);
-  else
-    (void)snprintf(buf, len, "%s (%s)", text, name);
-}
-
-static fa_status hip_fail(hipError_t e, const char *what) {
-  fa_status s = e == hipErrorOutOfMemory ? FA_ERR_OUT_OF_MEMORY
-                                         : FA_ERR_BACKEND;
-  char text[160];
-  hip_text(e, text, sizeof text);
-  fa_status r = core->fail(s, "%s: %s: %s", BACKEND_NAME, what, text);
-  (void)hipGetLastError(); // clear the error for the next call
-  return r;
-}
-
-#define CK(call, what)                                                         \
-  do {                                                                         \
-    hipError_t ck_ = (call);                                                   \
-    if (ck_ != hipSuccess) return hip_fail(ck_, what);                         \
-  } while (0)
+#define BACKEND_NAME FA_GPU_BACKEND_NAME
 
 /* ---- which architectures this build has code for -------------------------- */
 
@@ -88,26 +64,14 @@ static int arch_compiled(const char *gcn, char *base, size_t len) {
   return 0;
 }
 
-/* ---- per-context state ---------------------------------------------------- */
-
-typedef struct hip_state {
-  int device;
-  int cu_count;
-  hipStream_t stream; // NULL: the null stream
-  void *ws;           // workspace: split partials, backward D, descriptors
-  size_t ws_bytes;
-} hip_state;
-
-/* CU count of device 0, read by the probe, for plans made without a context
-   (fa_explain). 304 is an MI300X. */
-static int probed_cus = 304;
+/* ---- probe and contexts ------------------------------------------------- */
 
 static int probe(char *why, size_t len) {
   int n = 0;
   hipError_t e = hipGetDeviceCount(&n);
   if (e != hipSuccess || n < 1) {
     char text[160] = "0 devices";
-    if (e != hipSuccess) hip_text(e, text, sizeof text);
+    if (e != hipSuccess) rt_text(e, text, sizeof text);
     (void)snprintf(why, len, "no usable AMD GPU: hipGetDeviceCount: %s", text);
     (void)hipGetLastError();
     return 0;
@@ -116,20 +80,20 @@ static int probe(char *why, size_t len) {
   e = hipGetDeviceProperties(&prop, 0);
   if (e != hipSuccess) {
     char text[160];
-    hip_text(e, text, sizeof text);
+    rt_text(e, text, sizeof text);
     (void)snprintf(why, len, "hipGetDeviceProperties(0): %s", text);
     (void)hipGetLastError();
     return 0;
   }
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base)) {
-    (void)snprintf(why, len,
-                   "device 0 (%s) is %s; this build of %s has code for %s "
-                   "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
-                   prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
+    (void)snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
+             "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
+             prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
     return 0;
   }
-  if (prop.multiProcessorCount > 0) probed_cus = prop.multiProcessorCount;
+  probed_units = prop.multiProcessorCount > 0 ? prop.multiProcessorCount
+                                              : 304; // an MI300X
   return 1;
 }
 
@@ -145,167 +109,10 @@ static fa_status ctx_create(int device, void **state) {
   if (!arch_compiled(prop.gcnArchName, base, sizeof base))
     return core->fail(FA_ERR_NO_DEVICE, "device=%d is %s; %s has code for %s "
                       "only", device, base, BACKEND_NAME, FA_HIP_ARCHS);
-  CK(hipSetDevice(device), "hipSetDevice");
-  CK(hipFree(NULL), "initialising the HIP context");
-  hip_state *st = calloc(1, sizeof *st);
-  if (!st)
-    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: context: out of memory",
-                      BACKEND_NAME);
-  st->device = device;
-  st->cu_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
-  *state = st;
-  return FA_OK;
-}
-
-static void ctx_destroy(void *state) {
-  hip_state *st = state;
-  if (!st) return;
-  if (st->ws && hipSetDevice(st->device) == hipSuccess) {
-    (void)hipStreamSynchronize(st->stream);
-    (void)hipFree(st->ws);
-  }
-  (void)hipGetLastError();
-  free(st);
-}
-
-static void capabilities(void *state, fa_caps *caps) {
-  const hip_state *st = state;
-  // A planning budget, not the LDS size: the planner's formula counts fp32
-  // tiles and 512 KB makes it choose B_r = 128 (the MFMA tile's 4 wavefronts
-  // x 32 queries) and B_c = 64 for every head dim up to 256. The kernels
-  // keep 16-bit K/V tiles of their own width in LDS (cdna_fwd.h), so B_c is
-  // only the split-KV granularity.
-  caps->fast_mem_bytes = 512 * 1024;
-  caps->num_workers = 2 * (st ? st->cu_count : probed_cus);
-  caps->tile_align = 32;             // MFMA 32x32 granularity
-  caps->max_block_q = FA_CDNA_BLOCK_Q;
-  caps->max_block_k = 64;
-  caps->max_splits = 128;
-  caps->pack_gqa = 1;        // both forward kernels take (row, head) lanes
-  caps->max_small_lanes = 0; // a tile spans one kv head
-}
-
-static fa_status set_stream(void *state, void *stream) {
-  ((hip_state *)state)->stream = (hipStream_t)stream;
-  return FA_OK;
-}
-
-static fa_status use_device(const hip_state *st) {
-  CK(hipSetDevice(st->device), "hipSetDevice");
-  return FA_OK;
-}
-
-/* Scratch of at least `bytes`, owned by the context. Growing waits for the
-   work queued on the stream, which may still read the old buffer. */
-static fa_status workspace(hip_state *st, size_t bytes, void **out) {
-  if (bytes <= st->ws_bytes) {
-    *out = st->ws;
-    return FA_OK;
-  }
-  if (st->ws) {
-    CK(hipStreamSynchronize(st->stream), "hipStreamSynchronize (workspace)");
-    CK(hipFree(st->ws), "hipFree (workspace)");
-    st->ws = NULL;
-    st->ws_bytes = 0;
-  }
-  size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-  hipError_t e = hipMalloc(&st->ws, rounded);
-  if (e != hipSuccess) {
-    st->ws = NULL;
-    return hip_fail(e, "hipMalloc (workspace)");
-  }
-  st->ws_bytes = rounded;
-  *out = st->ws;
-  return FA_OK;
-}
-
-/* ---- memory ---------------------------------------------------------------- */
-
-static fa_status mem_alloc(void *state, size_t bytes, void **ptr) {
-  fa_status s = use_device(state);
-  if (s) return s;
-  void *p = NULL;
-  CK(hipMalloc(&p, bytes), "hipMalloc"); // 256-byte aligned
-  *ptr = p;
-  return FA_OK;
-}
-
-static fa_status mem_free(void *state, void *ptr) {
-  fa_status s = use_device(state);
-  if (s) return s;
-  CK(hipFree(ptr), "hipFree");
-  return FA_OK;
-}
-
-static fa_status copy_to_device(void *state, void *dst, const void *src,
-                                size_t bytes) {
-  hip_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(hipMemcpyAsync(dst, src, bytes, hipMemcpyHostToDevice, st->stream),
-     "hipMemcpyAsync (host to device)");
-  CK(hipStreamSynchronize(st->stream), "hipStreamSynchronize (copy)");
-  return FA_OK;
-}
-
-static fa_status copy_to_host(void *state, void *dst, const void *src,
-                              size_t bytes) {
-  hip_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToHost, st->stream),
-     "hipMemcpyAsync (device to host)");
-  CK(hipStreamSynchronize(st->stream), "hipStreamSynchronize (copy)");
-  return FA_OK;
-}
-
-static fa_status synchronize(void *state) {
-  hip_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  CK(hipStreamSynchronize(st->stream), "hipStreamSynchronize");
-  return FA_OK;
-}
-
-static fa_status launched(int err, const char *kernel) {
-  if (err == 0) return FA_OK;
-  char what[96];
-  (void)snprintf(what, sizeof what, "launching %s", kernel);
-  return hip_fail((hipError_t)err, what);
-}
-
-/* Workspace for the split partials, if the plan splits the keys. */
-static fa_status split_scratch(hip_state *st, fa_gpu_params *q) {
-  size_t bytes = fa_gpu_split_bytes(q);
-  if (!bytes) return FA_OK;
-  void *ws = NULL;
-  fa_status s = workspace(st, bytes, &ws);
-  if (!s) fa_gpu_place_split(q, ws);
-  return s;
+  return state_create(device, prop.multiProcessorCount, 0, state);
 }
 
 /* ---- forward ------------------------------------------------------------- */
-
-static fa_status run_forward(hip_state *st, fa_gpu_params *q,
-                             fa_gpu_launch_fn fn, const char *name) {
-  fa_status s = use_device(st);
-  if (s) return s;
-  if ((s = fa_gpu_grid_fits(core, q->num_work, name))) return s;
-  if ((s = split_scratch(st, q))) return s;
-  if ((s = launched(fn(q, st->stream), name))) return s;
-  if (q->num_splits > 1)
-    return launched(fa_hip_launch_combine(q, st->stream),
-                    "the split-KV combine");
-  return FA_OK;
-}
-
-static fa_status fwd_generic(void *state, const fa_problem *p,
-                             const fa_plan_data *plan, const fa_fwd_args *a) {
-  fa_gpu_params q;
-  fa_gpu_fill_forward(&q, p, plan, a);
-  return run_forward(state, &q, fa_hip_launch_fwd_generic,
-                     "hip.generic forward");
-}
 
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
@@ -333,120 +140,91 @@ static const cdna_instance *cdna_find(fa_dtype dtype, int dim) {
 static fa_status fwd_cdna(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   const cdna_instance *inst = cdna_find(p->dtype, p->a.head_dim);
-  fa_gpu_params q;
-  fa_gpu_fill_forward(&q, p, plan, a);
-  if (plan->block_q > FA_CDNA_BLOCK_Q) {
-    // Not reachable with this module's capabilities; kept as a guard.
-    if (core->log_enabled())
-      core->log("  %s %s: block_q %d > %d; running hip.generic", BACKEND_NAME,
-                inst->name, plan->block_q, FA_CDNA_BLOCK_Q);
-    return run_forward(state, &q, fa_hip_launch_fwd_generic,
-                       "hip.generic forward");
-  }
-  return run_forward(state, &q, inst->launch, inst->name);
+  if (!inst)
+    return core->fail(FA_ERR_BACKEND, "%s: hip.cdna.%s.d%d is not compiled "
+                      "in", BACKEND_NAME, fa_gpu_dtype_name(p->dtype),
+                      p->a.head_dim);
+  return run_forward(state, p, plan, a, inst->launch, inst->name);
 }
 
-/* ---- backward ------------------------------------------------------------ */
+/* ---- admission and plans ------------------------------------------------- */
 
-static const fa_gpu_bwd_launchers generic_bwd = {
-    fa_hip_launch_bwd_delta, fa_hip_launch_bwd_dq, fa_hip_launch_bwd_dkdv,
-    fa_hip_launch_bwd_zero_paged};
-
-static fa_status bwd_generic(void *state, const fa_problem *p,
-                             const fa_plan_data *plan, const fa_bwd_args *a) {
-  hip_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_params q;
-  fa_gpu_fill_backward(&q, p, plan, a);
-  if ((s = fa_gpu_generic_bwd_fits(core, &q, "hip.generic backward")))
-    return s;
-  void *ws = NULL;
-  if ((s = workspace(st, (size_t)fa_gpu_rows_q(&q) * sizeof(float), &ws)))
-    return s;
-  q.delta = ws;
-  const char *step = NULL;
-  int err = fa_gpu_bwd_generic_launch(&generic_bwd, &q, st->stream, &step);
-  return launched(err, step);
+static int supports_generic(const fa_kernel_query *q, char *why, size_t len) {
+  return fa_gpu_generic_supports(q, why, len);
 }
 
-/* ---- fa_merge_states ------------------------------------------------------- */
-
-static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
-                              const float *const *lse_parts, int batch,
-                              int seqlen, int heads, int head_dim,
-                              fa_tensor o, float *lse) {
-  hip_state *st = state;
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_merge_part *desc;
-  if ((s = fa_gpu_merge_parts(core, BACKEND_NAME, n, o_parts, lse_parts,
-                              head_dim, &desc)))
-    return s;
-  size_t bytes = sizeof *desc * (size_t)n;
-  void *ws = NULL;
-  s = workspace(st, bytes, &ws);
-  if (!s) {
-    // Synchronous copy: desc is freed right after.
-    hipError_t e = hipMemcpyAsync(ws, desc, bytes, hipMemcpyHostToDevice,
-                                  st->stream);
-    if (e == hipSuccess) e = hipStreamSynchronize(st->stream);
-    if (e != hipSuccess) s = hip_fail(e, "hipMemcpyAsync (merge parts)");
-  }
-  free(desc);
-  if (s) return s;
-  return launched(fa_hip_launch_merge(n, ws, (int)o.dtype, batch, seqlen,
-                                      heads, head_dim, fa_gpu_view_of(&o),
-                                      lse, st->stream),
-                  "the merge kernel");
-}
-
-/* ---- kernels and dispatch -------------------------------------------------- */
-
-static int supports_generic(const fa_problem *p, char *why, size_t len) {
-  return fa_gpu_generic_supports(p, why, len);
-}
-
-static int supports_cdna(const fa_problem *p, fa_dtype dtype, int dim,
+static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
                          char *why, size_t len) {
-  const char *env = getenv("FA_HIP_GENERIC");
-  if (env && *env && strcmp(env, "0") != 0) {
-    (void)snprintf(why, len, "FA_HIP_GENERIC is set");
-    return 0;
-  }
+  const fa_problem *p = kq->problem;
   if (p->dtype != dtype) {
-    (void)snprintf(why, len, "dtype is not %s",
-                   dtype == FA_BF16 ? "bf16" : "f16");
+    (void)snprintf(why, len, "dtype is %s; this kernel is %s",
+             fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    (void)snprintf(why, len,
-                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-                   p->a.head_dim, p->a.head_dim_v, dim, dim);
+    (void)snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+             p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!cdna_find(dtype, dim)) {
     (void)snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
     return 0;
   }
-  return 1;
+  return fa_gpu_features_ok(kq, why, len) && fa_gpu_aligned16(kq, why, len);
 }
 
-#define CDNA_SUPPORTS(t, d)                                                    \
-  static int supports_##t##_d##d(const fa_problem *p, char *why,             \
-                                 size_t len) {                                 \
-    return supports_cdna(p, FA_DTYPE_##t, d, why, len);                        \
-  }
-CDNA_SUPPORTS(bf16, 64)
-CDNA_SUPPORTS(bf16, 128)
-CDNA_SUPPORTS(bf16, 256)
-CDNA_SUPPORTS(f16, 64)
-CDNA_SUPPORTS(f16, 128)
-CDNA_SUPPORTS(f16, 256)
+/* The planner's inputs: the MFMA tile's 4 wavefronts x 32 queries as the
+   largest B_r, 64 keys as B_c (the kernels keep K/V tiles of their own width
+   in LDS, cdna_fwd.h, so B_c is only the split-KV granularity), and no
+   memory budget (the tile, not a budget, bounds the blocks). */
+static void hip_caps(const fa_kernel_query *q, int forward, fa_caps *caps) {
+  caps->fast_mem_bytes = (size_t)1 << 34; // no budget (the planner counts in int)
+  caps->num_workers = 2 * query_units(q);
+  caps->tile_align = 32; // MFMA 32x32 granularity
+  caps->max_block_q = FA_CDNA_BLOCK_Q;
+  caps->max_block_k = 64;
+  caps->max_splits = 128;
+  caps->pack_gqa = forward;  // both forward kernels take (row, head) lanes
+  caps->max_small_lanes = 0; // a tile spans one kv head
+}
 
-#define CDNA_KERNEL(t, d)                                                      \
-  {.name = "hip.cdna." #t ".d" #d,                                             \
-   .supports = supports_##t##_d##d,                                            \
+/* Both kernels' plans: the generic kernels' rule on the caps above. */
+static fa_status plan_hip(const fa_kernel_query *q, fa_plan_data *d,
+                          const char *name) {
+  fa_caps caps;
+  hip_caps(q, !is_backward(q), &caps);
+  return plan_generic_kernel(q, &caps, d, name);
+}
+
+static fa_status plan_generic(const fa_kernel_query *q, fa_plan_data *d) {
+  return plan_hip(q, d, "hip.generic");
+}
+
+#define CDNA_FNS(t, dm)                                                        \
+  static int supports_##t##_d##dm(const fa_kernel_query *q, char *why,       \
+                                  size_t len) {                                \
+    return supports_cdna(q, FA_DTYPE_##t, dm, why, len);                       \
+  }                                                                            \
+  static int score_##t##_d##dm(const fa_kernel_query *q) {                     \
+    (void)q;                                                                   \
+    return 20;                                                                 \
+  }                                                                            \
+  static fa_status plan_##t##_d##dm(const fa_kernel_query *q,                  \
+                                    fa_plan_data *out) {                       \
+    return plan_hip(q, out, "hip.cdna." #t ".d" #dm);                          \
+  }
+CDNA_FNS(bf16, 64)
+CDNA_FNS(bf16, 128)
+CDNA_FNS(bf16, 256)
+CDNA_FNS(f16, 64)
+CDNA_FNS(f16, 128)
+CDNA_FNS(f16, 256)
+
+#define CDNA_KERNEL(t, dm)                                                     \
+  {.name = "hip.cdna." #t ".d" #dm,                                            \
+   .supports = supports_##t##_d##dm,                                           \
+   .score = score_##t##_d##dm,                                                 \
+   .plan = plan_##t##_d##dm,                                                   \
    .forward = fwd_cdna,                                                        \
    .backward = NULL}
 
@@ -455,40 +233,10 @@ static const fa_kernel kernels[] = {
     CDNA_KERNEL(f16, 64),   CDNA_KERNEL(bf16, 256), CDNA_KERNEL(f16, 256),
     {.name = "hip.generic",
      .supports = supports_generic,
+     .score = NULL,
+     .plan = plan_generic,
      .forward = fwd_generic,
      .backward = bwd_generic},
 };
 
-static const fa_backend backend_cdna = {
-    .api_version = FA_BACKEND_API_VERSION,
-    .name = BACKEND_NAME,
-    .kind = FA_BACKEND_HIP,
-    .rank = 100,
-    .memory_space = FA_MEMORY_HIP,
-    .probe = probe,
-    .context_create = ctx_create,
-    .context_destroy = ctx_destroy,
-    .capabilities = capabilities,
-    .set_threads = NULL,
-    .set_stream = set_stream,
-    .mem_alloc = mem_alloc,
-    .mem_free = mem_free,
-    .copy_to_device = copy_to_device,
-    .copy_to_host = copy_to_host,
-    .synchronize = synchronize,
-    .merge_states = merge_states,
-    .kernels = kernels,
-    .num_kernels = (int)(sizeof kernels / sizeof kernels[0]),
-};
-
-static const fa_backend *const module_backends[] = {&backend_cdna};
-
-/* The module's one exported symbol (FA_MODULE_ENTRY). */
-__attribute__((visibility("default"))) const fa_backend *const *
-fa_module_backends(const fa_core_services *services, int *count) {
-  if (!services || !count || services->api_version != FA_BACKEND_API_VERSION)
-    return NULL;
-  core = services;
-  *count = 1;
-  return module_backends;
-}
+FA_GPU_MODULE(FA_BACKEND_HIP, FA_MEMORY_HIP)

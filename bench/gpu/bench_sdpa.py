@@ -6,7 +6,7 @@ Shapes of the FlashAttention papers: 16k tokens in total, hidden 2048, so
 batch = 16384 / s and heads = 2048 / d, for s = 512 ... 16k, d = 64 / 128,
 causal and not, bf16 (fp16 with --dtype f16). Each shape is run through
 
-  ours    libflashattn (fa_plan_forward, backend cuda-sm80) via ctypes, on
+  ours    libflashattn (fa_plan_forward, backend cuda) via ctypes, on
           PyTorch's current stream, tensors in BSHD layout;
   FA2     torch SDPA under sdpa_kernel(SDPBackend.FLASH_ATTENTION)
           (FlashAttention-2 inside PyTorch);
@@ -18,8 +18,9 @@ such runs, after warm-up. FLOPs: 4 * b * h * s * s * d, halved when causal
 (FlashAttention's convention). Each shape's output is also compared with
 FA2's (relative Frobenius difference), so a fast wrong kernel shows.
 
---bwd also times fa_backward against FA2's backward (autograd through SDPA
-flash), FLOPs 2.5x the forward's.
+--bwd also times fa_backward (one-shot: dispatch and plan on each call) and
+fa_plan_backward (planned once) against FA2's backward (autograd through
+SDPA flash), FLOPs 2.5x the forward's.
 
 --decode also times decoding (one query per sequence; b 8, 32 q heads, 8 kv
 heads, d 128, kv length 4k ... 128k) and reports the K/V bytes read per
@@ -48,12 +49,16 @@ class FaTensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
                 ("stride_batch", ctypes.c_int64),
                 ("stride_seq", ctypes.c_int64),
-                ("stride_head", ctypes.c_int64)]
+                ("stride_head", ctypes.c_int64),
+                ("descale", ctypes.c_void_p),
+                ("descale_per_head", ctypes.c_int)]
 
 
 class FaAttention(ctypes.Structure):
-    # include/flashattn.h, field for field.
-    _fields_ = [("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int),
+    # include/flashattn.h, field for field (fa_attention_init's struct_size
+    # is checked against ctypes.sizeof below).
+    _fields_ = [("struct_size", ctypes.c_size_t),
+                ("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int),
                 ("seqlen_k", ctypes.c_int), ("heads_q", ctypes.c_int),
                 ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int),
                 ("head_dim_v", ctypes.c_int), ("scale", ctypes.c_float),
@@ -65,7 +70,15 @@ class FaAttention(ctypes.Structure):
                 ("seqused_k", ctypes.c_void_p),
                 ("block_table", ctypes.c_void_p),
                 ("max_blocks_per_seq", ctypes.c_int),
-                ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int)]
+                ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
+                ("rows_q", ctypes.c_int64), ("rows_k", ctypes.c_int64),
+                ("positions", ctypes.c_int),
+                ("q_position", ctypes.c_int64),
+                ("k_position", ctypes.c_int64),
+                ("q_positions", ctypes.c_void_p),
+                ("k_positions", ctypes.c_void_p),
+                ("backward_mode", ctypes.c_int),
+                ("dsinks", ctypes.c_void_p)]
 
 
 class Flashattn:
@@ -79,10 +92,16 @@ class Flashattn:
         L.fa_context_set_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         L.fa_attention_init.argtypes = [ctypes.POINTER(FaAttention)]
         L.fa_plan_create.argtypes = [ctypes.c_void_p,
-                                     ctypes.POINTER(FaAttention), ctypes.c_int,
+                                     ctypes.POINTER(FaAttention), FaTensor,
+                                     FaTensor, FaTensor, FaTensor,
                                      ctypes.POINTER(ctypes.c_void_p)]
         L.fa_plan_forward.argtypes = [ctypes.c_void_p, FaTensor, FaTensor,
                                       FaTensor, FaTensor, ctypes.c_void_p]
+        L.fa_plan_create_backward.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(FaAttention)] + [FaTensor] * 8 + [
+            ctypes.POINTER(ctypes.c_void_p)]
+        L.fa_plan_backward.argtypes = [ctypes.c_void_p] + [FaTensor] * 5 + [
+            ctypes.c_void_p] + [FaTensor] * 3
         L.fa_plan_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                        ctypes.c_size_t]
         L.fa_plan_destroy.argtypes = [ctypes.c_void_p]
@@ -96,24 +115,45 @@ class Flashattn:
                                   FaTensor, FaTensor, FaTensor, FaTensor,
                                   ctypes.c_void_p, FaTensor, FaTensor,
                                   FaTensor]
-        self.ctx = ctypes.c_void_p()
-        self.check(L.fa_context_create_by_name(ctypes.byref(self.ctx),
-                                               backend.encode()),
-                   "fa_context_create_by_name(%s)" % backend)
+        a = FaAttention()
+        L.fa_attention_init(ctypes.byref(a))
+        if a.struct_size != ctypes.sizeof(FaAttention):
+            raise RuntimeError("FaAttention is %d bytes, the library's "
+                               "fa_attention %d: update the ctypes mirror" %
+                               (ctypes.sizeof(FaAttention), a.struct_size))
+        self.ctx = self.context(backend)
+
+    def bound(self, name):
+        """A context bound to kernel `name`, on our stream, made once."""
+        if not hasattr(self, "contexts"):
+            self.contexts = {}
+        if name not in self.contexts:
+            ctx = self.context(name)
+            self.set_stream(self.stream, ctx)
+            self.contexts[name] = ctx
+        return self.contexts[name]
+
+    def context(self, name):
+        """A context bound to a backend or kernel, by name."""
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.fa_context_create_by_name(ctypes.byref(ctx),
+                                                      name.encode()),
+                   "fa_context_create_by_name(%s)" % name)
+        return ctx
 
     def check(self, status, what):
         if status != 0:
             raise RuntimeError("%s: status %d: %s" % (
                 what, status, self.lib.fa_last_error().decode()))
 
-    def set_stream(self, stream):
-        self.check(self.lib.fa_context_set_stream(self.ctx, stream),
+    def set_stream(self, stream, ctx=None):
+        self.check(self.lib.fa_context_set_stream(ctx or self.ctx, stream),
                    "fa_context_set_stream")
 
-    def plan(self, a, dtype):
+    def plan(self, a, dtype, tensors, ctx=None):
         plan = ctypes.c_void_p()
-        st = self.lib.fa_plan_create(self.ctx, ctypes.byref(a), dtype,
-                                     ctypes.byref(plan))
+        st = self.lib.fa_plan_create(ctx or self.ctx, ctypes.byref(a),
+                                     *tensors, ctypes.byref(plan))
         if st != 0:
             buf = ctypes.create_string_buffer(8192)
             self.lib.fa_explain(ctypes.byref(a), dtype, buf, 8192)
@@ -176,8 +216,8 @@ def forward_suite(fa, args, tdtype, fdtype):
                 a.heads_q = a.heads_kv = h
                 a.head_dim = d
                 a.causal = FA_CAUSAL_BOTTOM_RIGHT if causal else 0
-                plan, desc = fa.plan(a, fdtype)
                 tq, tk, tv, to = (bshd(x, fdtype) for x in (q, k, v, o))
+                plan, desc = fa.plan(a, fdtype, (tq, tk, tv, to))
 
                 def ours():
                     st = fa.lib.fa_plan_forward(plan, tq, tk, tv, to,
@@ -185,15 +225,15 @@ def forward_suite(fa, args, tdtype, fdtype):
                     if st:
                         fa.check(st, "fa_plan_forward")
 
-                # --sm80: the same problem planned with the sm90 kernels
-                # switched off (the dispatcher reads FA_CUDA_NO_SM90 when
-                # the plan is made), timed side by side.
+                # --sm80: the same problem planned on a context bound to
+                # the sm80 kernel by name, timed side by side.
                 plan80 = None
+                o80 = torch.empty_like(q) if args.sm80 else None
                 if args.sm80:
-                    os.environ["FA_CUDA_NO_SM90"] = "1"
-                    plan80, _ = fa.plan(a, fdtype)
-                    del os.environ["FA_CUDA_NO_SM90"]
-                o80 = torch.empty_like(q) if plan80 else None
+                    plan80, _ = fa.plan(a, fdtype, (tq, tk, tv,
+                                                    bshd(o80, fdtype)),
+                                        fa.bound("cuda.sm80.%s.d%d" %
+                                                 (args.dtype, d)))
 
                 def ours80():
                     st = fa.lib.fa_plan_forward(plan80, tq, tk, tv,
@@ -221,17 +261,9 @@ def forward_suite(fa, args, tdtype, fdtype):
                 err = rel_err(o, ref.transpose(1, 2))
                 t_ours = time_calls(ours, iters)
                 t_80 = time_calls(ours80, iters) if plan80 else float("nan")
-                # --alt NAME=VALUE: our plan again with that variable set
-                # (read by the kernel launcher at each call).
+                # (--alt NAME=VALUE is set before the library loads: the
+                # configuration is read once, so every call of ours has it.)
                 t_alt = float("nan")
-                if args.alt:
-                    name, _, value = args.alt.partition("=")
-                    os.environ[name] = value
-                    o.fill_(float("nan"))
-                    ours()
-                    err = max(err, rel_err(o, ref.transpose(1, 2)))
-                    t_alt = time_calls(ours, iters)
-                    del os.environ[name]
                 if plan80:
                     err = max(err, rel_err(o80, ref.transpose(1, 2)))
                 t_fa2 = time_calls(sdpa(SDPBackend.FLASH_ATTENTION), iters)
@@ -324,28 +356,52 @@ def backward_suite(fa, args, tdtype, fdtype):
                 flops = 2.5 * 4.0 * b * h * s * s * d / (2 if causal else 1)
                 iters = max(2, min(20, int(2e12 / flops)))
                 t_ours = time_calls(ours, iters, reps=3, warmup=1)
+                # The planned backward (plan made once; the calls do no
+                # dispatch): the hot path the API recommends.
+                bplan = ctypes.c_void_p()
+                fa.check(fa.lib.fa_plan_create_backward(
+                    fa.ctx, ctypes.byref(a), *T, ctypes.byref(bplan)),
+                    "fa_plan_create_backward")
+
+                def planned():
+                    st = fa.lib.fa_plan_backward(bplan, T[0], T[1], T[2],
+                                                 T[3], T[4], lse.data_ptr(),
+                                                 T[5], T[6], T[7])
+                    if st:
+                        fa.check(st, "fa_plan_backward")
+
+                t_plan = time_calls(planned, iters, reps=3, warmup=1)
+                fa.lib.fa_plan_destroy(bplan)
                 t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
-                # The sm80 backward on the same context (FA_SM90_BWD=0 is
-                # read at every call), and its error against FA2.
-                os.environ["FA_SM90_BWD"] = "0"
-                try:
-                    t_80 = time_calls(ours, iters, reps=3, warmup=1)
-                    err80 = max(rel_err(dq, ref[0].transpose(1, 2)),
-                                rel_err(dk, ref[1].transpose(1, 2)),
-                                rel_err(dv, ref[2].transpose(1, 2)))
-                finally:
-                    del os.environ["FA_SM90_BWD"]
+                # The sm80 backward (a context bound to it by name), and
+                # its error against FA2.
+                ctx80 = fa.bound("cuda.sm80.%s.d%d" % (args.dtype, d))
+
+                def ours80():
+                    st = fa.lib.fa_backward(ctx80, ctypes.byref(a), T[0],
+                                            T[1], T[2], T[3], T[4],
+                                            lse.data_ptr(), T[5], T[6], T[7])
+                    if st:
+                        fa.check(st, "fa_backward (sm80)")
+
+                t_80 = time_calls(ours80, iters, reps=3, warmup=1)
+                err80 = max(rel_err(dq, ref[0].transpose(1, 2)),
+                            rel_err(dk, ref[1].transpose(1, 2)),
+                            rel_err(dv, ref[2].transpose(1, 2)))
                 row = dict(d=d, causal=causal, s=s, b=b, h=h, ours_ms=t_ours,
-                           fa2_ms=t_fa2, sm80_ms=t_80,
+                           fa2_ms=t_fa2, sm80_ms=t_80, planned_ms=t_plan,
                            ours_tflops=flops / t_ours / 1e9,
+                           planned_tflops=flops / t_plan / 1e9,
                            sm80_tflops=flops / t_80 / 1e9,
                            fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err,
                            sm80_err_vs_fa2=err80)
                 rows.append(row)
-                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  sm80 %6.1f  "
-                      "FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e (sm80 %.1e)" % (
+                print("bwd d%-3d %-6s s=%-5d  ours %6.1f  planned %6.1f  "
+                      "sm80 %6.1f  FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e "
+                      "(sm80 %.1e)" % (
                           d, "causal" if causal else "full", s,
-                          row["ours_tflops"], row["sm80_tflops"],
+                          row["ours_tflops"], row["planned_tflops"],
+                          row["sm80_tflops"],
                           row["fa2_tflops"],
                           row["ours_tflops"] / row["fa2_tflops"], err, err80),
                       flush=True)
@@ -385,8 +441,8 @@ def decode_suite(fa, args, tdtype, fdtype):
         fa.lib.fa_attention_init(ctypes.byref(a))
         a.batch, a.seqlen_q, a.seqlen_k = b, 1, sk
         a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
-        plan, desc = fa.plan(a, fdtype)
         tq, tk, tv, to = (bshd(x, fdtype) for x in (q, k, v, o))
+        plan, desc = fa.plan(a, fdtype, (tq, tk, tv, to))
 
         def ours():
             st = fa.lib.fa_plan_forward(plan, tq, tk, tv, to, lse.data_ptr())
@@ -417,7 +473,7 @@ def decode_suite(fa, args, tdtype, fdtype):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", default="build-cuda/libflashattn.so")
-    ap.add_argument("--backend", default="cuda-sm80")
+    ap.add_argument("--backend", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--decode", action="store_true")
@@ -428,16 +484,20 @@ def main():
     ap.add_argument("--sm80", action="store_true",
                     help="also time the sm80 kernel (sm90 switched off)")
     ap.add_argument("--alt", metavar="NAME=VALUE",
-                    help="also time our plan with this environment variable "
-                    "set (e.g. FA_SM90_SERIAL=1)")
+                    help="run ours with this configuration switch set (e.g. "
+                    "FA_SM90_SERIAL=1; set before the library loads)")
     ap.add_argument("--matmul", action="store_true",
                     help="measure the bf16 matmul ceiling (8192^3) first")
     ap.add_argument("--json")
     args = ap.parse_args()
     tdtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     fdtype = FA_BF16 if args.dtype == "bf16" else FA_F16
+    if args.alt:
+        name, _, value = args.alt.partition("=")
+        os.environ[name] = value
     fa = Flashattn(os.path.abspath(args.lib), args.backend)
-    fa.set_stream(torch.cuda.current_stream().cuda_stream)
+    fa.stream = torch.cuda.current_stream().cuda_stream
+    fa.set_stream(fa.stream)
     torch.manual_seed(0)
     info = dict(device=torch.cuda.get_device_name(),
                 torch=torch.__version__,
@@ -480,12 +540,12 @@ def main():
                       r["ours_tflops"] / r["cudnn_tflops"]))
     if "backward" in out:
         print("\nbackward %s TFLOPS (2.5x forward FLOPs)" % args.dtype)
-        print("| d | mask | s | ours | FA2 | ours/FA2 |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| d | mask | s | ours | planned | FA2 | ours/FA2 |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for r in out["backward"]:
-            print("| %d | %s | %d | %.0f | %.0f | %.2f |" % (
+            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
                 r["d"], "causal" if r["causal"] else "full", r["s"],
-                r["ours_tflops"], r["fa2_tflops"],
+                r["ours_tflops"], r["planned_tflops"], r["fa2_tflops"],
                 r["ours_tflops"] / r["fa2_tflops"]))
     if "decode" in out:
         print("\ndecode (b8, 32/8 heads, d128): K/V TB/s")

@@ -38,7 +38,7 @@ def main():
     ap.add_argument("shapes", nargs="*", default=list(SHAPES),
                     choices=list(SHAPES) + list(BACKWARD))
     args = ap.parse_args()
-    fa = B.Flashattn(os.path.abspath(args.lib), "cuda-sm80")
+    fa = B.Flashattn(os.path.abspath(args.lib), "cuda")
     fa.set_stream(torch.cuda.current_stream().cuda_stream)
     for name in args.shapes:
         b, sq, sk, hq, hkv, d, causal = {**SHAPES, **BACKWARD}[name]
@@ -52,11 +52,10 @@ def main():
         a.batch, a.seqlen_q, a.seqlen_k = b, sq, sk
         a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
         a.causal = B.FA_CAUSAL_BOTTOM_RIGHT if causal else 0
-        plan, desc = fa.plan(a, B.FA_BF16)
+        T = [B.bshd(x, B.FA_BF16) for x in (q, k, v, o)]
+        plan, desc = fa.plan(a, B.FA_BF16, T)
         print(name, desc, flush=True)
-        st = fa.lib.fa_plan_forward(plan, B.bshd(q, B.FA_BF16),
-                                    B.bshd(k, B.FA_BF16), B.bshd(v, B.FA_BF16),
-                                    B.bshd(o, B.FA_BF16), lse.data_ptr())
+        st = fa.lib.fa_plan_forward(plan, *T, lse.data_ptr())
         fa.check(st, "fa_plan_forward")
         if name in BACKWARD:
             do = torch.randn_like(q)

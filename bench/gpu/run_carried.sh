@@ -29,8 +29,8 @@ run() { # name, command...: log to $out/name.log, keep the verdict
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 run ctest-cuda ctest --test-dir "$build" -L cuda -j 4 --output-on-failure
 run sanitizer ctest --test-dir "$build" -L gpu-sanitizer --output-on-failure
-FA_CUDA_GENERIC=1 run generic-xval ctest --test-dir "$build" \
-  -R 'xval\.cuda-sm80\.(fwd|bwd)' -j 6 --output-on-failure
+run generic-xval ctest --test-dir "$build" \
+  -R 'xval\.cuda\.generic\.(fwd|bwd)' -j 6 --output-on-failure
 [ $large = 1 ] && run large ctest --test-dir "$build" -L gpu-large -V
 for o in "$rt"/sm90_*.o; do
   [ -f "$o" ] || continue

@@ -23,7 +23,8 @@
 //                last 4 rows (a slice of a bottom-right causal problem is a
 //                bottom-right causal problem over a prefix of the keys).
 // Each case runs the GPU's best kernel, the sm80 kernel where the best is
-// sm90 (FA_CUDA_NO_SM90), and the generic kernel (FA_CUDA_GENERIC); outputs
+// sm90 and the generic kernel (contexts bound to cuda.sm80.bf16.d128 and
+// cuda.generic by name); outputs
 // and LSE are compared with the CPU's (the bf16 tolerance of cuda.gpu) and
 // a few (row, head) pairs with the float64 oracle, read through one-head
 // views with the same strides (the oracle's offsets pass 2^32 too).
@@ -52,7 +53,7 @@ enum { D = 128, HEADS = 32, ROW = HEADS * D }; // one cache row: 4096
 #define CACHE_BYTES ((size_t)CACHE_ELEMS * 2)
 #define GIB ((size_t)1 << 30)
 
-static fa_context *cpu, *gpu;
+static fa_context *cpu, *gpu, *bound[3]; // bound: gpu, then by name
 static ts_rng rng;
 
 /* ---- the cache fill: fixed 2^24-element chunks, each from its own seed, so
@@ -194,10 +195,10 @@ static double tol_lse = 1e-5; // ts_lse_err, as cuda.gpu
 
 enum { NVAR = 3 };
 static const struct {
-  const char *name, *env;
+  const char *name, *kernel; // the kernel a context is bound to, by name
 } variants[NVAR] = {{"best", NULL},
-                    {"sm80", "FA_CUDA_NO_SM90"},
-                    {"generic", "FA_CUDA_GENERIC"}};
+                    {"sm80", "cuda.sm80.bf16.d128"},
+                    {"generic", "cuda.generic"}};
 
 static void run_case(const kase *c, void *hcache, void *dcache) {
   const size_t nq = (size_t)c->b * c->sq * c->hq * D;
@@ -260,10 +261,10 @@ static void run_case(const kase *c, void *hcache, void *dcache) {
   int sm90 = 0;
   for (int v = 0; v < NVAR; v++) {
     if (v == 1 && !sm90) continue;
-    if (variants[v].env) setenv(variants[v].env, "1", 1);
+    fa_context *g = bound[v];
     char text[512] = "";
     fa_plan *plan = NULL;
-    if (fa_plan_create(gpu, &a, FA_BF16, &plan) == FA_OK) {
+    if (fa_plan_create(g, &a, gq, gk, gv, go, &plan) == FA_OK) {
       fa_plan_describe(plan, text, sizeof text);
       fa_plan_destroy(plan);
     }
@@ -273,10 +274,9 @@ static void run_case(const kase *c, void *hcache, void *dcache) {
     fa_status st = fa_copy_to_device(gpu, dout, o_g[v], nq * 2);
     if (!st) st = fa_copy_to_device(gpu, dlse, l_g[v], nl * 4);
     double t0 = ts_now();
-    if (!st) st = fa_forward(gpu, &a, gq, gk, gv, go, dlse);
-    if (!st) st = fa_synchronize(gpu);
+    if (!st) st = fa_forward(g, &a, gq, gk, gv, go, dlse);
+    if (!st) st = fa_synchronize(g);
     double dt = ts_now() - t0;
-    if (variants[v].env) unsetenv(variants[v].env);
     if (!st) st = fa_copy_to_host(gpu, o_g[v], dout, nq * 2);
     if (!st) st = fa_copy_to_host(gpu, l_g[v], dlse, nl * 4);
     CHECK(st == FA_OK, "%s: gpu %s: %s: %s", c->name, variants[v].name,
@@ -426,6 +426,13 @@ int main(void) {
     fa_context_destroy(gpu);
     return 1;
   }
+  bound[0] = gpu;
+  for (int v = 1; v < NVAR; v++)
+    if (fa_context_create_by_name(&bound[v], variants[v].kernel)) {
+      printf("FAIL: no context bound to %s: %s\n", variants[v].kernel,
+             fa_last_error());
+      return 1;
+    }
   uint64_t seed = ts_seed_base();
   ts_rng_seed(&rng, seed);
   printf("seed 0x%llx (FA_TEST_SEED), cpu backend %s\n",
@@ -485,6 +492,7 @@ int main(void) {
   if (dcache) fa_free(gpu, dcache);
   free(hcache);
   fa_context_destroy(cpu);
+  for (int v = 1; v < NVAR; v++) fa_context_destroy(bound[v]);
   fa_context_destroy(gpu);
   return ut_finish("cuda.large");
 }

@@ -6,11 +6,12 @@
 // exact inverse, row offsets (dense, varlen, seqused_k, paged), the score
 // transform, kv blocks, split ranges, the work order, the softmax merge and
 // finalisation. Problems: a fixed grid (every mask x layout) and random
-// ones, planned with the CUDA and the HIP module's capabilities. Also the
-// CUDA module's tile table (sm80_tiles.def) against the core's planner: for
-// every row the planner must choose exactly the row's B_r x B_c; and every
-// row's shared memory (stage alignment, an A100 fits it, decode tiles run 2
-// CTAs per sm90 SM).
+// ones (explicit positions included), planned with the CUDA and the HIP
+// module's planner inputs. Device arrays the core did not check: the
+// helpers' clamps keep every row, length and page inside the tensors and
+// the pool. Also the CUDA module's sm80 plans (cuda_tiles.c) against its
+// tile table, and every row's shared memory (stage alignment, an A100 fits
+// it, decode tiles run 2 CTAs per sm90 SM).
 // No GPU needed; labels cuda, hip, unit.
 #include <math.h>
 #include <stdint.h>
@@ -38,13 +39,13 @@ static int failures;
     }                                                                          \
   } while (0)
 
-/* The modules' capabilities: CUDA's (cuda_backend.c, cuda_tiles.c) on an
-   H100-sized GPU, HIP's (hip_backend.c) on an MI300X, and a small budget
-   that makes the planner split the keys. */
+/* The modules' planner inputs: CUDA's (cuda_tiles.c, cuda.generic's
+   blocks) on an H100-sized GPU, HIP's (hip_backend.c) on an MI300X, and a
+   small budget that makes the planner split the keys. */
 static fa_caps module_caps(int which, int pack) {
-  fa_caps cuda = {fa_cuda_plan_mem_bytes, 2 * 132, fa_cuda_plan_align,
-                  fa_cuda_plan_max_bq, fa_cuda_plan_max_bk, 128, pack, 0};
-  fa_caps hip = {512 * 1024, 2 * 304, 32, 128, 64, 128, pack, 0};
+  fa_caps cuda;
+  fa_cuda_caps(132, 128, 64, pack, &cuda);
+  fa_caps hip = {(size_t)1 << 34, 2 * 304, 32, 128, 64, 128, pack, 0};
   fa_caps small = {4096, 4, 32, 128, 64, 8, pack, 0};
   return which == 0 ? cuda : which == 1 ? hip : small;
 }
@@ -65,7 +66,7 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
     int lq = fa_seq_len_q(p, b), lk = fa_seq_len_k(p, b);
     CHECK(fa_gpu_len_q(&q, b) == lq && fa_gpu_len_k(&q, b) == lk,
           "%s: lengths of sequence %d", what, b);
-    int shift = (int)fa_diag_shift(p, b, lq, lk);
+    int64_t shift = fa_diag_shift(p, b, lq, lk);
     CHECK(fa_gpu_shift(&q, lq, lk) == shift, "%s: shift", what);
     for (int i = 0; i < lq; i++) {
       int lo, hi, glo, ghi;
@@ -101,7 +102,7 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
       float s = (float)ts_rng_normal(r) * 4.0f;
       int i = lq ? ts_rng_int(r, 0, lq - 1) : 0;
       float x = fa_score_transform(p, s, hq - 1, i, j, shift);
-      float y = fa_gpu_transform(&q, s, hq - 1, i, j, shift);
+      float y = fa_gpu_transform(&q, s, hq - 1, i, j, (int)shift);
       CHECK(memcmp(&x, &y, 4) == 0, "%s: transform %g vs %g", what,
             (double)x, (double)y);
     }
@@ -159,6 +160,8 @@ static int check_grid(ts_rng *r) {
         if (mode == 1) {
           a.cu_seqlens_q = cu_q;
           a.cu_seqlens_k = cu_k;
+          a.rows_q = cu_q[3];
+          a.rows_k = cu_k[3];
         }
         if (mode == 2) {
           a.block_table = table;
@@ -175,6 +178,8 @@ static int check_grid(ts_rng *r) {
           CHECK(0, "%s: problem rejected: %s", what, fa_last_error());
           continue;
         }
+        p.rows_q = a.rows_q;
+        p.rows_k = a.rows_k;
         for (int which = 0; which < 3; which++) {
           fa_caps caps = module_caps(which, 1);
           compare(&p, &caps, r, what);
@@ -213,6 +218,11 @@ static void check_random(ts_rng *r, int case_no) {
   for (int h = 0; h < 12; h++) slopes[h] = 0.1f * (float)(h + 1);
   if (ts_rng_int(r, 0, 1)) a.alibi_slopes = slopes;
   if (ts_rng_int(r, 0, 1)) a.softcap = 5.0f;
+  if (ts_rng_int(r, 0, 3) == 0) { // one offset for every sequence
+    a.positions = FA_POSITIONS_EXPLICIT;
+    a.q_position = ts_rng_int(r, 0, 500);
+    a.k_position = ts_rng_int(r, 0, 500);
+  }
   int32_t cuq[5], cuk[5], used[4], table[4 * 400];
   int layout = ts_rng_int(r, 0, 3); // dense, varlen, varlen+seqused, paged
   if (layout == 1 || layout == 2) {
@@ -223,6 +233,8 @@ static void check_random(ts_rng *r, int case_no) {
     }
     a.cu_seqlens_q = cuq;
     a.cu_seqlens_k = cuk;
+    a.rows_q = cuq[B];
+    a.rows_k = cuk[B];
     if (layout == 2) {
       for (int b = 0; b < B; b++)
         used[b] = ts_rng_int(r, 0, cuk[b + 1] - cuk[b]);
@@ -245,6 +257,8 @@ static void check_random(ts_rng *r, int case_no) {
     CHECK(0, "%s: problem rejected: %s", what, fa_last_error());
     return;
   }
+  p.rows_q = a.rows_q; // what the core hands a GPU kernel
+  p.rows_k = a.rows_k;
   fa_caps caps = module_caps(ts_rng_int(r, 0, 2), ts_rng_int(r, 0, 1));
   compare(&p, &caps, r, what);
 }
@@ -280,33 +294,115 @@ static void check_softmax(ts_rng *r) {
   }
 }
 
-/* Every CUDA tile row is what the core's planner picks for long
-   sequences. */
-static void check_tiles(void) {
-  fa_caps caps = module_caps(0, 1);
-  for (int i = 0; i < fa_cuda_num_tiles; i++) {
-    const fa_cuda_tile *t = &fa_cuda_tiles[i];
-    fa_attention a;
-    fa_attention_init(&a);
-    a.batch = 2;
-    a.seqlen_q = a.seqlen_k = 4096;
-    a.heads_q = a.heads_kv = 4;
-    a.head_dim = t->head_dim;
-    fa_problem p;
-    CHECK(fa_problem_init(&p, &a, FA_BF16) == FA_OK, "tile d%d: problem",
-          t->head_dim);
-    fa_plan_data plan;
-    fa_plan_compute(&p, &caps, &plan);
-    CHECK(plan.block_q == t->block_q && plan.block_k == t->block_k,
-          "tile d%d: planner chose %dx%d, the table says %dx%d", t->head_dim,
-          plan.block_q, plan.block_k, t->block_q, t->block_k);
-    CHECK(t->block_q == 16 * t->m_tiles * t->warps,
-          "tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
-    printf("tile d%-3d: %3d x %2d, %d warps x %d m-tiles, Q in %s, %d "
-           "stages, %6d bytes smem: matches the planner\n",
-           t->head_dim, t->block_q, t->block_k, t->warps, t->m_tiles,
-           t->q_in_regs ? "registers" : "smem", t->stages, t->smem_bytes);
+/* Device arrays nobody checked: whatever the entries, the helpers keep
+   every sequence inside its tensors (rows in [0, rows_q/rows_k], at most
+   seqlen_q/seqlen_k of them, seqused_k within the sequence's keys) and
+   every paged offset inside the pool or -1. */
+static void check_clamps(ts_rng *r) {
+  for (int n = 0; n < 2000; n++) {
+    fa_gpu_params q;
+    memset(&q, 0, sizeof q);
+    int32_t cq[5], ck[5], used[4], table[4 * 8];
+    q.batch = ts_rng_int(r, 1, 4);
+    q.seqlen_q = ts_rng_int(r, 1, 100);
+    q.seqlen_k = ts_rng_int(r, 1, 100);
+    q.heads_q = q.heads_kv = q.group = 1;
+    const int32_t wild[] = {INT32_MIN, -1, 0, 1, 50, 99, 100, 101, 1 << 30,
+                            INT32_MAX};
+    for (int i = 0; i < 5; i++) {
+      cq[i] = ts_rng_int(r, 0, 1) ? wild[ts_rng_int(r, 0, 9)]
+                                  : ts_rng_int(r, 0, 300);
+      ck[i] = ts_rng_int(r, 0, 1) ? wild[ts_rng_int(r, 0, 9)]
+                                  : ts_rng_int(r, 0, 300);
+    }
+    for (int i = 0; i < 4; i++) used[i] = wild[ts_rng_int(r, 0, 9)];
+    for (int i = 0; i < 32; i++)
+      table[i] = ts_rng_int(r, 0, 1) ? wild[ts_rng_int(r, 0, 9)]
+                                     : ts_rng_int(r, 0, 20);
+    int mode = ts_rng_int(r, 0, 1); // varlen, paged
+    if (mode == 0) {
+      q.varlen_q = q.varlen_k = 1;
+      q.cu_seqlens_q = cq;
+      q.cu_seqlens_k = ck;
+      q.rows_q = ts_rng_int(r, 0, 300);
+      q.rows_k = ts_rng_int(r, 0, 300);
+    } else {
+      q.paged = 1;
+      q.page_size = 16;
+      q.max_blocks_per_seq = 8;
+      q.seqlen_k = ts_rng_int(r, 1, 128);
+      q.block_table = table;
+      q.num_pages = 20;
+    }
+    if (ts_rng_int(r, 0, 1)) q.seqused_k = used;
+    fa_gpu_view v = {NULL, 16 * 3, 3, 1}; // pages of 16 slots x 3
+    for (int b = 0; b < q.batch; b++) {
+      int lq = fa_gpu_len_q(&q, b), lk = fa_gpu_len_k(&q, b);
+      int sk = fa_gpu_storage_k(&q, b);
+      int64_t q0 = fa_gpu_start_q(&q, b), k0 = fa_gpu_start_k(&q, b);
+      CHECK(lq >= 0 && lq <= q.seqlen_q && lk >= 0 && lk <= sk &&
+                sk <= q.seqlen_k,
+            "clamp %d: lengths %d %d %d", n, lq, lk, sk);
+      if (mode == 0)
+        CHECK(q0 >= 0 && q0 + lq <= q.rows_q && k0 >= 0 && k0 + sk <= q.rows_k,
+              "clamp %d: rows [%lld, +%d) of %lld, [%lld, +%d) of %lld", n,
+              (long long)q0, lq, (long long)q.rows_q, (long long)k0, sk,
+              (long long)q.rows_k);
+      else
+        for (int j = 0; j < lk; j++) {
+          int64_t off = fa_gpu_k_offset(&q, &v, b, j, 0);
+          CHECK(off == -1 || (off >= 0 && off < 20 * 16 * 3),
+                "clamp %d: paged offset %lld outside the pool", n,
+                (long long)off);
+        }
+    }
   }
+}
+
+/* The sm80 plans (cuda_tiles.c): the tile's blocks, the core's counts. */
+static void check_tiles(void) {
+  for (int decode = 0; decode < 2; decode++)
+    for (int i = 0; i < (decode ? fa_cuda_num_decode_tiles : fa_cuda_num_tiles);
+         i++) {
+      const fa_cuda_tile *t =
+          decode ? &fa_cuda_decode_tiles[i] : &fa_cuda_tiles[i];
+      CHECK(fa_cuda_tile_of(decode, t->head_dim) == t, "tile_of d%d",
+            t->head_dim);
+      for (int sq = 1; sq <= 4096; sq *= 8) {
+        fa_attention a;
+        fa_attention_init(&a);
+        a.batch = 2;
+        a.seqlen_q = sq;
+        a.seqlen_k = 4096;
+        a.heads_q = 8;
+        a.heads_kv = 2;
+        a.head_dim = t->head_dim;
+        fa_problem p;
+        CHECK(fa_problem_init(&p, &a, FA_BF16) == FA_OK, "tile d%d: problem",
+              t->head_dim);
+        fa_plan_data plan;
+        fa_cuda_sm80_plan(&p, t, 132, &plan);
+        CHECK(plan.block_q == t->block_q && plan.block_k == t->block_k,
+              "tile d%d sq %d: plan %dx%d, the table %dx%d", t->head_dim, sq,
+              plan.block_q, plan.block_k, t->block_q, t->block_k);
+        CHECK(plan.block_rows * plan.pack_group <= t->block_q &&
+                  (plan.num_q_blocks == 1 ||
+                   plan.block_rows * plan.pack_group == t->block_q),
+              "tile d%d sq %d: %d rows x %d heads in %d lanes", t->head_dim,
+              sq, plan.block_rows, plan.pack_group, t->block_q);
+      }
+      CHECK(t->block_q == 16 * t->m_tiles * t->warps,
+            "tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
+      printf("%s d%-3d: %3d x %2d, %d warps x %d m-tiles, Q in %s, %d "
+             "stages, %6d bytes smem: plans match\n",
+             decode ? "decode tile" : "tile", t->head_dim, t->block_q,
+             t->block_k, t->warps, t->m_tiles,
+             t->q_in_regs ? "registers" : "smem", t->stages, t->smem_bytes);
+    }
+  for (int i = 0; i < fa_cuda_num_sm90_tiles; i++)
+    CHECK(fa_cuda_sm90_tile_of(fa_cuda_sm90_tiles[i].head_dim) ==
+              &fa_cuda_sm90_tiles[i],
+          "sm90 tile_of");
 }
 
 /* Shared memory of a tile row: its layout's constraints, and how many CTAs
@@ -361,6 +457,7 @@ int main(void) {
   int n = check_grid(&r);
   for (int c = 0; c < 400; c++) check_random(&r, c);
   check_softmax(&r);
+  check_clamps(&r);
   check_tiles();
   check_tile_smem();
   if (failures) {

@@ -2,8 +2,8 @@
 // The HIP backend on an AMD GPU against the CPU backend, through the public
 // API: memory round trip, forward on the MFMA kernels (bf16/f16, d64/128/256,
 // causal, window, softcap, ALiBi, sinks, GQA, split-KV decode) and on the
-// generic kernel, backward. SKIP (exit 77) where hip-cdna is not usable.
-// The float64-oracle grid for the GPU is tests/xval (xval.hip-cdna.*).
+// generic kernel, backward. SKIP (exit 77) where backend hip is not usable.
+// The float64-oracle grid for the GPU is tests/xval (xval.hip.*, xval.hip.<kernel>.*).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,9 +71,9 @@ static int run(fa_context *ctx, const cfg *c, const double *qkv, double *out) {
 
 int main(void) {
   fa_context *gpu = NULL, *cpu = NULL;
-  fa_status s = fa_context_create_by_name(&gpu, "hip-cdna");
+  fa_status s = fa_context_create_by_name(&gpu, "hip");
   if (s != FA_OK) {
-    printf("SKIP: backend hip-cdna is not usable here (%s): %s\n",
+    printf("SKIP: backend hip is not usable here (%s): %s\n",
            fa_status_string(s), fa_last_error());
     return 77;
   }

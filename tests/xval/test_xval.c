@@ -551,6 +551,10 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
       memcpy(s->snap[i], s->buf[i].alloc, alloc_bytes(&s->buf[i]));
     }
   }
+  // Storage rows of varlen tensors: what a GPU context needs (it reads no
+  // device array); a CPU context checks them against cu_seqlens.
+  if (c->varlen) s->a.rows_q = s->cuq[B];
+  if (c->varlen == 1) s->a.rows_k = s->cuk[B];
   s->ad = s->a;
   if (c->varlen) s->ad.cu_seqlens_q = ts_buf_dev(&s->buf[B_CUQ]);
   if (c->varlen == 1) s->ad.cu_seqlens_k = ts_buf_dev(&s->buf[B_CUK]);
