@@ -244,8 +244,14 @@ static fa_status check_tensors(struct fa_plan *p, const fa_layout *l,
 
 /* ---- plans -------------------------------------------------------------- */
 
+/* The kernel this thread's last plan run called (fa_last_kernel_run). */
+static _Thread_local const fa_kernel *last_kernel_run;
+
+const fa_kernel *fa_last_kernel_run(void) { return last_kernel_run; }
+
 static fa_status plan_build(fa_context *ctx, const fa_attention *a,
                             const fa_layout *layout, struct fa_plan *p) {
+  last_kernel_run = NULL; // (every entry point builds or runs a plan)
   if (!ctx) return fa_fail(INVALID, "ctx is NULL");
   fa_status s = fa_problem_init(&p->prob, a, layout->q.dtype);
   if (s) return s;
@@ -293,6 +299,7 @@ static fa_status empty_backward_sinks(const struct fa_plan *p) {
 
 static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
                           float *lse_out, const float *lse_in) {
+  last_kernel_run = NULL;
   fa_status s = layout_matches(p, call);
   if (s) return s;
   const fa_attention *a = &p->prob.a;
@@ -310,6 +317,7 @@ static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
                   a->seqlen_k == 0))
     return empty_backward_sinks(p);
   void *state = p->ctx->state[p->slot];
+  last_kernel_run = p->kernel; // the one entry point called below
   if (call->op == FA_OP_BACKWARD) {
     fa_bwd_args args = {call->q,  call->k,  call->v,  call->o,
                         call->d_o, lse_in,  call->dq, call->dk,
