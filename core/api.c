@@ -211,6 +211,12 @@ static fa_status check_problem_data(struct fa_plan *p, const fa_tensor *q,
                                     const fa_tensor *k, const fa_tensor *v) {
   fa_problem *pr = &p->prob;
   const fa_attention *a = &pr->a;
+  // The flags decide how many descales there are: valid before any read.
+  fa_status fs;
+  if ((fs = fa_tensor_check_descale_flags("q", q)) ||
+      (fs = fa_tensor_check_descale_flags("k", k)) ||
+      (fs = fa_tensor_check_descale_flags("v", v)))
+    return fs;
   if (!checking(p->ctx)) {
     if ((pr->varlen_q && a->rows_q < 1) || (pr->varlen_k && a->rows_k < 1))
       return fa_fail(INVALID,
