@@ -55,7 +55,9 @@ static int bufs_make(bufs *b, fa_context *ctx, fa_dtype dt, int d) {
   for (int i = 0; i < 8 && !bad; i++)
     bad = fa_malloc(ctx, b->bytes, &b->t[i]) ||
           fa_copy_to_device(ctx, b->t[i], host, b->bytes);
-  bad = bad || fa_malloc(ctx, 64 * sizeof(float), (void **)&b->lse) ||
+  static const float zeros[64];
+  bad = bad || fa_malloc(ctx, sizeof zeros, (void **)&b->lse) ||
+        fa_copy_to_device(ctx, b->lse, zeros, sizeof zeros) ||
         fa_malloc(ctx, sizeof(float), (void **)&b->descale) ||
         fa_copy_to_device(ctx, b->descale, &one, sizeof one);
   free(host);
@@ -296,6 +298,47 @@ static int test_kernel(const fa_backend *be, const fa_kernel *k) {
   return 1;
 }
 
+/* An AUTO context (not bound): for each dtype the kernel the plan names is
+   the kernel that runs, forward and backward. */
+static void auto_context_agrees(void) {
+  fa_context *ctx = NULL;
+  EXPECT_OK("AUTO context", fa_context_create(&ctx, FA_BACKEND_CPU, 0));
+  if (!ctx) return;
+  static const fa_dtype dts[3] = {FA_F32, FA_BF16, FA_F16};
+  for (int i = 0; i < 3; i++)
+    for (int bwd = 0; bwd < 2; bwd++) {
+      bufs b;
+      if (bufs_make(&b, ctx, dts[i], 64)) break;
+      fa_attention a = problem(64);
+      fa_tensor t[8];
+      for (int j = 0; j < 8; j++) t[j] = view(b.t[j], dts[i], 64);
+      fa_plan *p = NULL;
+      fa_status s =
+          bwd ? fa_plan_create_backward(ctx, &a, t[0], t[1], t[2], t[3], t[4],
+                                        t[5], t[6], t[7], &p)
+              : fa_plan_create(ctx, &a, t[0], t[1], t[2], t[3], &p);
+      EXPECT_OK("AUTO plan", s);
+      if (!s) {
+        char desc[1024];
+        fa_plan_describe(p, desc, sizeof desc);
+        s = bwd ? fa_plan_backward(p, t[0], t[1], t[2], t[3], t[4], b.lse,
+                                   t[5], t[6], t[7])
+                : fa_plan_forward(p, t[0], t[1], t[2], t[3], b.lse);
+        EXPECT_OK("AUTO plan run", s);
+        const fa_kernel *ran = fa_last_kernel_run();
+        char token[160];
+        snprintf(token, sizeof token, "kernel=%s ", ran ? ran->name : "?");
+        CHECK(ran && strstr(desc, token), "AUTO: the plan says \"%s\", %s ran",
+              desc, ran ? ran->name : "nothing");
+        printf("  AUTO %s %s: %s\n", i == 0 ? "f32" : i == 1 ? "bf16" : "f16",
+               bwd ? "backward" : "forward", ran ? ran->name : "nothing");
+      }
+      fa_plan_destroy(p);
+      bufs_free(&b);
+    }
+  fa_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "cpu";
   const int gpu = strcmp(mode, "gpu") == 0;
@@ -322,6 +365,7 @@ int main(int argc, char **argv) {
       tested += test_kernel(be, &be->kernels[k]);
     }
   }
+  if (!gpu) auto_context_agrees();
   // Binding by name a kernel that is not compiled in is FA_ERR_NO_DEVICE.
   fa_context *c = NULL;
   EXPECT_FAIL("a kernel name that is not compiled in",
