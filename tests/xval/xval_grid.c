@@ -789,6 +789,15 @@ static void positions_cases(list *l, int bwd) {
      c.causal = BR; c.alibi = 1);
   PS(c.qoff = -((long long)1 << 39); c.koff = -((long long)1 << 39) - 7;
      c.wl = 16; c.wr = 3; c.dt = FA_BF16);
+  // The extremes: |shift| = 2^41 - 2 (every key left of the diagonal, or
+  // right of it), masks computed in 64 bits.
+  {
+    const long long m = ((long long)1 << 40) - 1;
+    PS(c.qoff = m; c.koff = -m; c.causal = BR);           // all visible
+    PS(c.qoff = m; c.koff = -m; c.wl = 5; c.dt = FA_F16); // none
+    PS(c.qoff = -m; c.koff = m; c.causal = BR; c.sinks = 1); // none
+    PS(c.qoff = -m; c.koff = m; c.wr = 3; c.dt = FA_BF16); // none
+  }
   // Per-sequence arrays (random in [-40, 60] / [-40, 40]) with varlen.
   PS(c.pos = 2; c.varlen = 1; c.b = 5; c.causal = BR);
   PS(c.pos = 2; c.varlen = 1; c.b = 4; c.qoff = 7; c.koff = -9; c.wl = 10;
