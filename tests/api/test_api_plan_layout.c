@@ -20,8 +20,8 @@ static au_buf bq, bk, bv, bo, bdo, bdq, bdk, bdv, bl;
 static float one = 1.0f, per_head[B * H] = {1.0f, 0.5f, 2.0f, 1.0f};
 
 static void alloc64(au_buf *b, size_t floats) {
-  b->bytes = (floats + SLACK) * sizeof(float);
-  b->p = aligned_alloc(64, b->bytes);
+  b->bytes = ((floats + SLACK) * sizeof(float) + 63) / 64 * 64;
+  b->p = aligned_alloc(64, b->bytes); // (a size that is a multiple of 64)
   b->snap = malloc(b->bytes);
   if (!b->p || !b->snap) exit(1);
   memset(b->p, 0, b->bytes);
