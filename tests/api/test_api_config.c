@@ -28,10 +28,10 @@ static void need_env(const char *name, const char *value) {
 
 static int mode_version(void) {
   CHECK(fa_version_number() == FA_VERSION_NUMBER,
-        "fa_version_number() = %d, FA_VERSION_NUMBER = %d",
-        fa_version_number(), FA_VERSION_NUMBER);
-  CHECK(FA_VERSION_NUMBER == FA_VERSION_MAJOR * 10000 +
-                                 FA_VERSION_MINOR * 100 + FA_VERSION_PATCH,
+        "fa_version_number() = %d, FA_VERSION_NUMBER = %d", fa_version_number(),
+        FA_VERSION_NUMBER);
+  CHECK(FA_VERSION_NUMBER == FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 +
+                                 FA_VERSION_PATCH,
         "FA_VERSION_NUMBER %d is not MAJOR*10000 + MINOR*100 + PATCH",
         FA_VERSION_NUMBER);
   CHECK(strcmp(fa_version(), FA_VERSION_STRING) == 0,
@@ -42,16 +42,14 @@ static int mode_version(void) {
            FA_VERSION_PATCH);
   CHECK(strcmp(fa_version(), v) == 0, "fa_version() = %s, expected %s",
         fa_version(), v);
-  static const char *names[] = {"cpu-scalar:1", "cpu.scalar:1",
-                                "cpu-scalar:7"};
+  static const char *names[] = {"cpu-scalar:1", "cpu.scalar:1", "cpu-scalar:7"};
   for (int i = 0; i < 3; i++) {
     fa_context *const sentinel = (fa_context *)(uintptr_t)0x99;
     fa_context *c = sentinel;
     fa_status s = fa_context_create_by_name(&c, names[i]);
     EXPECT_FAIL(names[i], s, FA_ERR_NO_DEVICE, "device", NULL);
     CHECK(strstr(fa_last_error(), names[i]) != NULL,
-          "the message \"%s\" does not name \"%s\"", fa_last_error(),
-          names[i]);
+          "the message \"%s\" does not name \"%s\"", fa_last_error(), names[i]);
     CHECK(c == sentinel, "%s: ctx written by a failing create", names[i]);
   }
   fa_context *c = NULL;
@@ -89,8 +87,7 @@ static int mode_config(void) {
   EXPECT_OK("AUTO with FLASHATTN_BACKEND=cpu-scalar", s);
   if (!s)
     CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
-          "the old name did not force the backend: %s",
-          fa_context_backend(c));
+          "the old name did not force the backend: %s", fa_context_backend(c));
   fa_context_destroy(c);
   CHECK(strstr(log, "configuration") != NULL, "no configuration table");
   CHECK(strstr(log, "FA_BACKEND=cpu-scalar (from FLASHATTN_BACKEND)") != NULL,
@@ -99,8 +96,7 @@ static int mode_config(void) {
   static const char *switches[] = {"FA_MODULE_PATH", "FA_CHECKED",
                                    "FA_CPU_MAX_ISA"};
   for (int i = 0; i < 3; i++)
-    CHECK(strstr(log, switches[i]) != NULL, "the table lacks %s",
-          switches[i]);
+    CHECK(strstr(log, switches[i]) != NULL, "the table lacks %s", switches[i]);
   CHECK(strstr(log, "dispatch:") == NULL,
         "FA_LOG=config printed dispatch lines");
   // Read once: a change now is not seen.

@@ -128,8 +128,7 @@ static void entries(const char *what, const fa_attention *a, const call *c,
     snprintf(w, sizeof w, "%s (fa_plan_create)", what);
     EXPECT_FAIL(w, fa_plan_create(ctx, a, c->q, c->k, c->v, c->o, &p),
                 FA_ERR_INVALID_ARGUMENT, fields, value);
-    CHECK(p == (fa_plan *)(uintptr_t)1, "%s: the plan pointer was written",
-          w);
+    CHECK(p == (fa_plan *)(uintptr_t)1, "%s: the plan pointer was written", w);
   }
   snprintf(w, sizeof w, "%s (fa_backward)", what);
   EXPECT_FAIL(w, run_backward(a, c), FA_ERR_INVALID_ARGUMENT, fields, value);
@@ -142,8 +141,8 @@ static void entries(const char *what, const fa_attention *a, const call *c,
   CHECK(p == (fa_plan *)(uintptr_t)1, "%s: the plan pointer was written", w);
 }
 
-static void all_entries(const char *what, const fa_attention *a,
-                        const call *c, const char *fields, const char *value) {
+static void all_entries(const char *what, const fa_attention *a, const call *c,
+                        const char *fields, const char *value) {
   entries(what, a, c, fields, value, 0);
 }
 
@@ -238,8 +237,7 @@ static void test_struct_size(void) {
   size_t as_size;
   memcpy(&as_size, &u, sizeof as_size);
   snprintf(v, sizeof v, "%zu", as_size);
-  all_entries("a 0.1 fa_attention (batch first)", &u.pad, &c, "struct_size",
-              v);
+  all_entries("a 0.1 fa_attention (batch first)", &u.pad, &c, "struct_size", v);
   // fa_explain says the same instead of misreading the struct.
   char text[1024];
   fa_explain(&u.pad, FA_F32, text, sizeof text);
@@ -262,7 +260,7 @@ static void test_descales(void) {
     float x;
     const char *shown;
   } bad[] = {{NAN, "nan"}, {INFINITY, "inf"}, {-INFINITY, "-inf"},
-             {0.0f, "0"},  {-2.0f, "-2"},      {-0.0f, "-0"}};
+             {0.0f, "0"},  {-2.0f, "-2"},     {-0.0f, "-0"}};
   static const char *tn[3] = {"q", "k", "v"};
   for (int t = 0; t < 3; t++)
     for (int per = 0; per < 2; per++)
@@ -405,8 +403,7 @@ static void test_backward_fields(void) {
             fa_forward(ctx, &a, tq, tk, tv, to, lse_good));
   CHECK(au_changed(&dsb) < 0, "fa_forward wrote dsinks");
   EXPECT_OK("dsinks with sinks (backward)",
-            fa_backward(ctx, &a, tq, tk, tv, to, tdo, lse_good, tdq, tdk,
-                        tdv));
+            fa_backward(ctx, &a, tq, tk, tv, to, tdo, lse_good, tdq, tdk, tdv));
   CHECK(au_changed(&dsb) >= 0, "fa_backward did not write dsinks");
   restore_o();
 }
@@ -423,8 +420,8 @@ static void test_rows(void) {
     cu_k[b + 1] = cu_k[b] + SK;
   }
   call c = base_call();
-  fa_tensor *qs[] = {&c.q, &c.o, &c.d_o, &c.dq}, *ks[] = {&c.k, &c.v, &c.dk,
-                                                          &c.dv};
+  fa_tensor *qs[] = {&c.q, &c.o, &c.d_o, &c.dq},
+            *ks[] = {&c.k, &c.v, &c.dk, &c.dv};
   for (int i = 0; i < 4; i++) {
     qs[i]->stride_batch = 0;
     ks[i]->stride_batch = 0;

@@ -137,7 +137,9 @@ static void expect_declined(const char *kname, bufs *b, const fa_attention *a,
   char what[256], why[512];
   snprintf(what, sizeof what, "%s declines %s (%s%s, head_dim %d)", kname,
            bwd ? "the backward" : "the forward",
-           dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16",
+           dt == FA_F32   ? "f32"
+           : dt == FA_F16 ? "f16"
+                          : "bf16",
            descaled ? ", descaled" : "", a->head_dim);
   poison_outputs(b);
   fa_status s = bwd ? backward(b, a, dt) : forward(b, a, dt, descaled);
@@ -156,8 +158,8 @@ static void expect_declined(const char *kname, bufs *b, const fa_attention *a,
             what, why, word);
   }
   if (value)
-    CHECK(au_has_value(why, value), "%s: reason \"%s\" does not show %s",
-          what, why, value);
+    CHECK(au_has_value(why, value), "%s: reason \"%s\" does not show %s", what,
+          why, value);
   CHECK(fa_last_kernel_run() == NULL, "%s: a kernel ran", what);
   CHECK(outputs_poisoned(b), "%s: outputs were written", what);
   if (!bwd) { // the plan declines it the same way
@@ -182,10 +184,13 @@ static void expect_runs_on(const fa_kernel *k, bufs *b, const fa_attention *a,
   char what[160], desc[1024], token[160];
   snprintf(what, sizeof what, "%s runs the %s (%s, head_dim %d)", k->name,
            bwd ? "backward" : "forward",
-           dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16", d);
+           dt == FA_F32   ? "f32"
+           : dt == FA_F16 ? "f16"
+                          : "bf16",
+           d);
   fa_plan *p = NULL;
-  fa_status s = bwd ? fa_plan_create_backward(b->ctx, a, t[0], t[1], t[2],
-                                              t[3], t[4], t[5], t[6], t[7], &p)
+  fa_status s = bwd ? fa_plan_create_backward(b->ctx, a, t[0], t[1], t[2], t[3],
+                                              t[4], t[5], t[6], t[7], &p)
                     : fa_plan_create(b->ctx, a, t[0], t[1], t[2], t[3], &p);
   EXPECT_OK(what, s);
   if (s) return;
@@ -262,8 +267,7 @@ static int test_kernel(const fa_backend *be, const fa_kernel *k) {
     // Only a kernel this machine cannot run may accept nothing.
     char why[512];
     reason_of(last_why, k->name, why, sizeof why);
-    printf("  %s: accepts none of the probe problems here: %s\n", k->name,
-           why);
+    printf("  %s: accepts none of the probe problems here: %s\n", k->name, why);
     CHECK(strstr(why, "lacks") != NULL,
           "%s accepts no probe problem, and not for want of a CPU feature: "
           "%s",
@@ -272,7 +276,10 @@ static int test_kernel(const fa_backend *be, const fa_kernel *k) {
     return 0;
   }
   printf("  %s (backend %s): runs %s head_dim %d\n", k->name, be->name,
-         dt == FA_F32 ? "f32" : dt == FA_F16 ? "f16" : "bf16", d);
+         dt == FA_F32   ? "f32"
+         : dt == FA_F16 ? "f16"
+                        : "bf16",
+         d);
   bufs b;
   if (bufs_make(&b, ctx, dt, 600)) { // big enough for head_dim 600 too
     CHECK(0, "%s: out of memory", k->name);
@@ -321,8 +328,8 @@ static void auto_context_agrees(void) {
       if (!s) {
         char desc[1024];
         fa_plan_describe(p, desc, sizeof desc);
-        s = bwd ? fa_plan_backward(p, t[0], t[1], t[2], t[3], t[4], b.lse,
-                                   t[5], t[6], t[7])
+        s = bwd ? fa_plan_backward(p, t[0], t[1], t[2], t[3], t[4], b.lse, t[5],
+                                   t[6], t[7])
                 : fa_plan_forward(p, t[0], t[1], t[2], t[3], b.lse);
         EXPECT_OK("AUTO plan run", s);
         const fa_kernel *ran = fa_last_kernel_run();
@@ -330,7 +337,10 @@ static void auto_context_agrees(void) {
         snprintf(token, sizeof token, "kernel=%s ", ran ? ran->name : "?");
         CHECK(ran && strstr(desc, token), "AUTO: the plan says \"%s\", %s ran",
               desc, ran ? ran->name : "nothing");
-        printf("  AUTO %s %s: %s\n", i == 0 ? "f32" : i == 1 ? "bf16" : "f16",
+        printf("  AUTO %s %s: %s\n",
+               i == 0   ? "f32"
+               : i == 1 ? "bf16"
+                        : "f16",
                bwd ? "backward" : "forward", ran ? ran->name : "nothing");
       }
       fa_plan_destroy(p);
@@ -350,8 +360,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < fa_registry_size(); i++) {
     const fa_registry_entry *e = fa_registry_at(i);
     const fa_backend *be = e->backend;
-    const int host = be->memory_space == FA_MEMORY_HOST &&
-                     be->kind == FA_BACKEND_CPU;
+    const int host =
+        be->memory_space == FA_MEMORY_HOST && be->kind == FA_BACKEND_CPU;
     if (host == gpu) continue;
     if (!e->usable) {
       printf("backend %s: not usable here (%s): its %d kernels are not "
