@@ -220,16 +220,23 @@ static void expect_runs_on(const fa_kernel *k, bufs *b, const fa_attention *a,
         ran ? ran->name : "nothing");
 }
 
-/* Declines particular to one kernel: (kernel, dtype, descaled, words). */
+/* Declines particular to one kernel: (kernel, dtype, descaled, words,
+   value, head_dim: 0 = the one it accepts). Where the CPU lacks the
+   kernel's feature it declines for that first: the kernel then accepts no
+   probe and these are not run. */
 static const struct {
   const char *kernel;
   fa_dtype dt;
   int descaled;
   const char *words, *value;
+  int head_dim;
 } specific[] = {
     {"cpu.avx512bf16", FA_F32, 0, "dtype bf16", "f32"},
     {"cpu.avx512bf16", FA_F16, 0, "dtype bf16", "f16"},
     {"cpu.avx512bf16", FA_BF16, 1, "descaled", NULL},
+    {"cpu.amxbf16", FA_F32, 0, "dtype bf16", "f32"},
+    {"cpu.amxbf16", FA_BF16, 1, "descaled", NULL},
+    {"cpu.amxbf16", FA_BF16, 0, "head_dim", "48", 48},
 };
 
 static int test_kernel(const fa_backend *be, const fa_kernel *k) {
@@ -308,7 +315,8 @@ static int test_kernel(const fa_backend *be, const fa_kernel *k) {
   expect_declined(k->name, &b, &big, dt, 0, 0, "head_dim", "600");
   for (size_t i = 0; i < sizeof specific / sizeof specific[0]; i++) {
     if (strcmp(specific[i].kernel, k->name)) continue;
-    expect_declined(k->name, &b, &a, specific[i].dt, specific[i].descaled, 0,
+    fa_attention x = specific[i].head_dim ? problem(specific[i].head_dim) : a;
+    expect_declined(k->name, &b, &x, specific[i].dt, specific[i].descaled, 0,
                     specific[i].words, specific[i].value);
   }
   bufs_free(&b);
