@@ -118,7 +118,8 @@ static fa_status layout_match(const char *name, const fa_tensor *call,
 }
 
 static fa_status layout_matches(const struct fa_plan *p, const fa_layout *c) {
-  static const char *names[8] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
+  // (do, as the problem checks call it)
+  static const char *names[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
   const fa_tensor *call[8] = {&c->q, &c->k, &c->v, &c->o,
                               &c->d_o, &c->dq, &c->dk, &c->dv};
   const fa_layout *l = &p->layout;
@@ -211,6 +212,12 @@ static fa_status check_problem_data(struct fa_plan *p, const fa_tensor *q,
                                     const fa_tensor *k, const fa_tensor *v) {
   fa_problem *pr = &p->prob;
   const fa_attention *a = &pr->a;
+  // The flags decide how many descales there are: valid before any read.
+  fa_status fs;
+  if ((fs = fa_tensor_check_descale_flags("q", q)) ||
+      (fs = fa_tensor_check_descale_flags("k", k)) ||
+      (fs = fa_tensor_check_descale_flags("v", v)))
+    return fs;
   if (!checking(p->ctx)) {
     if ((pr->varlen_q && a->rows_q < 1) || (pr->varlen_k && a->rows_k < 1))
       return fa_fail(INVALID,
@@ -244,8 +251,14 @@ static fa_status check_tensors(struct fa_plan *p, const fa_layout *l,
 
 /* ---- plans -------------------------------------------------------------- */
 
+/* The kernel this thread's last plan run called (fa_last_kernel_run). */
+static _Thread_local const fa_kernel *last_kernel_run;
+
+const fa_kernel *fa_last_kernel_run(void) { return last_kernel_run; }
+
 static fa_status plan_build(fa_context *ctx, const fa_attention *a,
                             const fa_layout *layout, struct fa_plan *p) {
+  last_kernel_run = NULL; // (every entry point builds or runs a plan)
   if (!ctx) return fa_fail(INVALID, "ctx is NULL");
   fa_status s = fa_problem_init(&p->prob, a, layout->q.dtype);
   if (s) return s;
@@ -293,6 +306,7 @@ static fa_status empty_backward_sinks(const struct fa_plan *p) {
 
 static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
                           float *lse_out, const float *lse_in) {
+  last_kernel_run = NULL;
   fa_status s = layout_matches(p, call);
   if (s) return s;
   const fa_attention *a = &p->prob.a;
@@ -310,6 +324,7 @@ static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
                   a->seqlen_k == 0))
     return empty_backward_sinks(p);
   void *state = p->ctx->state[p->slot];
+  last_kernel_run = p->kernel; // the one entry point called below
   if (call->op == FA_OP_BACKWARD) {
     fa_bwd_args args = {call->q,  call->k,  call->v,  call->o,
                         call->d_o, lse_in,  call->dq, call->dk,

@@ -386,19 +386,25 @@ static fa_status check_view(const fa_problem *p, const view *v, int varlen,
   if (group != VIEW_INPUT && v->t->descale)
     return fa_fail(INVALID, "%s.descale is set: only the inputs q, k, v "
                    "take descales", v->name);
-  if (v->t->descale_per_head != 0 && v->t->descale_per_head != 1)
-    return fa_fail(INVALID, "%s.descale_per_head=%d must be 0 or 1", v->name,
-                   v->t->descale_per_head);
-  if (v->t->descale_per_head && !v->t->descale)
-    return fa_fail(INVALID, "%s.descale_per_head=1 but %s.descale is NULL",
-                   v->name, v->name);
-  fa_status s = check_strides(v);
+  fa_status s = fa_tensor_check_descale_flags(v->name, v->t);
+  if (s) return s;
+  s = check_strides(v);
   if (s) return s;
   if (varlen && v->t->stride_batch != 0)
     return fa_fail(INVALID,
                    "%s.stride_batch=%lld must be 0 with cu_seqlens (rows are "
                    "addressed by offset)",
                    v->name, (long long)v->t->stride_batch);
+  return FA_OK;
+}
+
+fa_status fa_tensor_check_descale_flags(const char *name, const fa_tensor *t) {
+  if (t->descale_per_head != 0 && t->descale_per_head != 1)
+    return fa_fail(INVALID, "%s.descale_per_head=%d must be 0 or 1", name,
+                   t->descale_per_head);
+  if (t->descale_per_head && !t->descale)
+    return fa_fail(INVALID, "%s.descale_per_head=1 but %s.descale is NULL",
+                   name, name);
   return FA_OK;
 }
 

@@ -37,8 +37,13 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *a, fa_dtype dtype);
    be host-readable (CPU memory space; GPU backends copy them first). */
 fa_status fa_problem_check_arrays(const fa_problem *p);
 
+/* Validate a tensor's descale_per_head (0 or 1, and 1 only with a
+   descale): before anything reads or copies a descale array, whose length
+   it decides. */
+fa_status fa_tensor_check_descale_flags(const char *name, const fa_tensor *t);
+
 /* Validate the values of the inputs' descales (host-readable): finite and
-   > 0. */
+   > 0. The flags must have passed fa_tensor_check_descale_flags. */
 fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
                                     const fa_tensor *k, const fa_tensor *v);
 

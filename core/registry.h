@@ -58,4 +58,15 @@ fa_status fa_dispatch(const fa_context *ctx, const fa_problem *p,
                       const fa_layout *layout, int *slot,
                       const fa_kernel **kernel);
 
+/* For tests (internal, through the static library): the kernel whose
+   forward or backward entry this thread's last plan run (fa_forward,
+   fa_backward, fa_plan_forward, fa_plan_backward) called; NULL when that
+   call failed before reaching a kernel. Compare with the kernel that
+   fa_plan_describe names. */
+const fa_kernel *fa_last_kernel_run(void);
+
+/* Every kernel compiled in: the kernels of registry entry i are
+   fa_registry_at(i)->backend->kernels[0 .. num_kernels) (a placeholder
+   entry for a module that did not load has none). */
+
 #endif

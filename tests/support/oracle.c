@@ -58,13 +58,23 @@ int64_t fa_oracle_k_index(const fa_attention *a, const fa_tensor *t, int b,
          (int64_t)h * t->stride_head;
 }
 
-/* Where query i's diagonal meets the keys: i + (sk - sq) bottom-right, i
-   top-left. Used by causal, windows and ALiBi alike. */
+/* Where query i's diagonal meets the keys: key j with Pk = Pq, i.e. row
+   i + shift with shift = qpos(b) - kpos(b) (the header's positions).
+   Aligned: qpos = sk - sq (0 top-left) and kpos = 0; explicit: qpos(b) =
+   q_position + q_positions[b], kpos(b) = k_position + k_positions[b]. Used
+   by causal, windows and ALiBi alike. */
 static int64_t diag_of(const fa_attention *a, int b, int i) {
-  int64_t shift = a->causal == FA_CAUSAL_TOP_LEFT
-                      ? 0
-                      : (int64_t)fa_oracle_len_k(a, b) - fa_oracle_len_q(a, b);
-  return (int64_t)i + shift;
+  int64_t qpos, kpos;
+  if (a->positions == FA_POSITIONS_EXPLICIT) {
+    qpos = a->q_position + (a->q_positions ? a->q_positions[b] : 0);
+    kpos = a->k_position + (a->k_positions ? a->k_positions[b] : 0);
+  } else {
+    qpos = a->causal == FA_CAUSAL_TOP_LEFT
+               ? 0
+               : (int64_t)fa_oracle_len_k(a, b) - fa_oracle_len_q(a, b);
+    kpos = 0;
+  }
+  return (int64_t)i + (qpos - kpos);
 }
 
 static int visible_at(const fa_attention *a, int64_t diag, int sk, int j) {
@@ -459,6 +469,48 @@ int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
   return backward_impl(a, q, k, v, d_o, dq, dk, dv, 1);
 }
 
+int fa_oracle_dsinks(const fa_attention *a, fa_tensor q, fa_tensor k,
+                     fa_tensor v, fa_tensor d_o, double *dsinks,
+                     double *mag) {
+  dims d;
+  if (check_args(a, &q, &k, &v, &d_o, &d)) return -1;
+  if (!a->sinks) {
+    fprintf(stderr, "oracle: dsinks without sinks\n");
+    return -1;
+  }
+  double *o = malloc(sizeof(double) * ((size_t)d.B * d.SQ * d.HQ * d.DV + 1));
+  double *lse = malloc(sizeof(double) * ((size_t)d.B * d.HQ * d.SQ + 1));
+  double *dorow = malloc(sizeof(double) * d.DV);
+  int rc = -1;
+  if (!o || !lse || !dorow || fa_oracle_forward(a, q, k, v, o, lse)) goto done;
+  for (int h = 0; h < d.HQ; h++) {
+    if (dsinks) dsinks[h] = 0.0;
+    if (mag) mag[h] = 0.0;
+  }
+  // dsinks[h] = -sum over rows of P_sink (dO . O), P_sink = exp(sink - lse).
+  for (int b = 0; b < d.B; b++)
+    for (int i = 0; i < fa_oracle_len_q(a, b); i++)
+      for (int h = 0; h < d.HQ; h++) {
+        load_input_d(a, &d_o, b, h / d.group,
+                     fa_oracle_q_index(a, &d_o, b, i, h), d.DV, dorow);
+        const double *orow = o + o_index(&d, b, i, h, d.DV);
+        double dot = 0.0, adot = 0.0;
+        for (int c = 0; c < d.DV; c++) {
+          dot += dorow[c] * orow[c];
+          adot += fabs(dorow[c] * orow[c]);
+        }
+        double ps = exp((double)a->sinks[h] - lse[lse_index(&d, b, h, i)]);
+        if (dsinks) dsinks[h] -= ps * dot;
+        if (mag) mag[h] += ps * adot;
+      }
+  rc = 0;
+done:
+  free(o);
+  free(lse);
+  free(dorow);
+  return rc;
+}
+
 /* ---- naive same-precision attention ------------------------------------- */
 
 static float round_to(fa_dtype t, float x) {
@@ -554,14 +606,15 @@ static int fbufs_alloc(fbufs *f, const dims *d) {
   return 0;
 }
 
-/* O row (rounded to t) from probabilities: acc = sum_j round(P_j) v_j. */
-static void row_output_f(const dims *d, fa_dtype t, int sk,
+/* O row (rounded to t) from probabilities: acc = sum_j round_tp(P_j) v_j
+   (tp: the dtype P is rounded to as an operand of the product). */
+static void row_output_f(const dims *d, fa_dtype tp, fa_dtype t, int sk,
                          const unsigned char *vis, const float *p,
                          const float *V, float *out) {
   for (int c = 0; c < d->DV; c++) out[c] = 0.0f;
   for (int j = 0; j < sk; j++) {
     if (!vis[j]) continue;
-    float pr = round_to(t, p[j]);
+    float pr = round_to(tp, p[j]);
     const float *vr = V + (size_t)j * d->DV;
     for (int c = 0; c < d->DV; c++) out[c] += pr * vr[c];
   }
@@ -574,8 +627,24 @@ int fa_naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
       a, q, k, v, fa_dtype_is_fp8(q.dtype) ? FA_BF16 : q.dtype, o, lse);
 }
 
+static int naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
+                         fa_tensor v, fa_dtype tp, fa_dtype t, float *o,
+                         float *lse);
+
 int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
                          fa_tensor v, fa_dtype t, float *o, float *lse) {
+  return naive_forward(a, q, k, v, t, t, o, lse);
+}
+
+int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype t, float *o, float *lse) {
+  return naive_forward(a, q, k, v, fa_dtype_is_fp8(q.dtype) ? t : q.dtype, t,
+                       o, lse);
+}
+
+static int naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
+                         fa_tensor v, fa_dtype tp, fa_dtype t, float *o,
+                         float *lse) {
   dims d;
   if (check_args(a, &q, &k, &v, NULL, &d)) return -1;
   fbufs f;
@@ -599,7 +668,7 @@ int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
                               f.vis, &l);
           if (lse) lse[lse_index(&d, b, h, i)] = l;
           if (n && o)
-            row_output_f(&d, t, sk, f.vis, f.p, f.V,
+            row_output_f(&d, tp, t, sk, f.vis, f.p, f.V,
                          o + o_index(&d, b, i, h, d.DV));
         }
       }
@@ -638,7 +707,7 @@ int fa_naive_backward(const fa_attention *a, fa_tensor q, fa_tensor k,
           int n = row_probs_f(a, &d, b, h, i, sk, f.qrow, f.K, f.raw, f.p,
                               f.vis, &lse);
           if (n == 0) continue;
-          row_output_f(&d, t, sk, f.vis, f.p, f.V, f.acc); // O rounded to t
+          row_output_f(&d, t, t, sk, f.vis, f.p, f.V, f.acc); // O rounded to t
           float D = 0.0f;
           for (int c = 0; c < d.DV; c++) D += f.dorow[c] * f.acc[c];
           for (int c = 0; c < d.D; c++) f.dqrow[c] = 0.0f;

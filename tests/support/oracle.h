@@ -10,6 +10,9 @@
 // not include any core/ header except dtype.h (for the exact fp16/bf16 bit
 // conversions), so a bug in core/problem.h cannot hide behind a shared helper.
 //
+// Positions (aligned or FA_POSITIONS_EXPLICIT, per-sequence arrays too)
+// follow the header's formula shift = qpos(b) - kpos(b).
+//
 // All inputs are host memory. Dense outputs use these layouts:
 //   o, dq:      [batch][seqlen_q][heads_q][head_dim(_v)]  (varlen: row i of
 //               sequence b at [b][i]; rows past the sequence's length are 0)
@@ -63,6 +66,14 @@ int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
                                  fa_tensor k, fa_tensor v, fa_tensor d_o,
                                  double *dq, double *dk, double *dv);
 
+/* The sinks' gradient in float64 for the same loss: dsinks[h] = -sum over
+   the rows of every sequence of exp(sink[h] - lse) * (dO . O) (the
+   header's formula, with the oracle's O and LSE), and in mag[h] the same
+   sum of |exp(sink - lse)| * sum_c |dO_c O_c|, the natural scale of its
+   rounding error. a->sinks must be set; either output may be NULL. */
+int fa_oracle_dsinks(const fa_attention *a, fa_tensor q, fa_tensor k,
+                     fa_tensor v, fa_tensor d_o, double *dsinks, double *mag);
+
 /* Naive same-precision attention: what a plain (non-tiled) attention in the
    inputs' storage dtype computes, the yardstick of FlashAttention's test
    rule "error(library) <= 2 x error(naive same precision) + floor".
@@ -84,6 +95,11 @@ int fa_naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
    fa_naive_forward uses t = the input dtype (bf16 for FP8 inputs). */
 int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
                          fa_tensor v, fa_dtype t, float *o, float *lse);
+/* The same with P, an operand of the P.V product, rounded to the input
+   dtype (as a 16-bit matmul, tensor cores or vdpbf16ps would; FP8 inputs:
+   to t) and O to t: the yardstick for 16-bit inputs with an f32 output. */
+int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype t, float *o, float *lse);
 
 /* Naive same-precision backward, on top of the naive forward above (O is
    the naive forward's output, already rounded to t, which is d_o's dtype,

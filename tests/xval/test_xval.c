@@ -27,8 +27,6 @@
 //       f32:       fixed bounds (forward 1e-5, backward 2e-5);
 //       f16/bf16:  2 x the error of the naive same-precision attention
 //                  (oracle.h) + 1e-3: the FlashAttention rule;
-//       FP8 inputs: the rule of the output dtype on the decoded inputs
-//                  (decoding is exact: only the output precision rounds);
 //   - fwd.plan cases: fa_plan_forward is bit-identical to fa_forward, and
 //     fa_forward is bit-identical run to run.
 // Inputs are N(0,1) (q scaled by qamp), drawn fresh per case from the run's
@@ -121,6 +119,18 @@ static int naive_sane(fa_dtype t, double naive_err) {
   return t == FA_F32 || naive_err <= 16.0 * ts_unit_roundoff(t);
 }
 
+/* The dtype whose rules bound a case whose inputs are in and outputs out:
+   f32 when both are, else the less precise one (a kernel may round P and
+   dS, operands of its products, to a 16-bit input dtype, as tensor cores
+   and vdpbf16ps do, and its results to a 16-bit output dtype). */
+static fa_dtype bound_dtype(fa_dtype in, fa_dtype out) {
+  // FP8 inputs are decoded exactly (and their products formed in fp32
+  // from the decoded values): only the output rounds.
+  if (in == FA_F32 || in == FA_E4M3 || in == FA_E5M2) return out;
+  if (out == FA_F32) return in;
+  return ts_unit_roundoff(in) >= ts_unit_roundoff(out) ? in : out;
+}
+
 /* ---- messages -------------------------------------------------------------
  */
 
@@ -169,13 +179,18 @@ enum {
   B_DK,
   B_DV,
   B_LSE,
+  B_DSINKS, /* output: the sinks' gradient (fp32, [heads_q]) */
   B_CUQ,
   B_CUK,
   B_USED,
   B_TABLE,
   B_SLOPES,
   B_SINKS,
-  B_DESCALE,
+  B_QPOS, /* explicit positions: per-sequence arrays */
+  B_KPOS,
+  B_DSQ, /* descales of q, k, v */
+  B_DSK,
+  B_DSV,
   NBUF
 };
 
@@ -187,16 +202,17 @@ typedef struct xs {
   int *lq, *lk, *store_k;
   int32_t *cuq, *cuk, *used, *table;
   float *slopes, *sinks;
+  int64_t *qpos, *kpos;
+  float *dsc[3]; /* descales of q, k, v (host) */
+  fa_dtype dto;  /* the output dtype */
   int num_pages, mbps;
   ts_buf buf[NBUF];
+#define XV_MAX_SHARD 4
+  ts_buf shard_o[XV_MAX_SHARD], shard_l[XV_MAX_SHARD], shard_lse;
+  uint64_t seed; /* the case's data seed */
   unsigned char *snap[NBUF]; /* host copies of inputs, guards included */
   xt q, k, v, o, d_o, dq, dk, dv;
 } xs;
-
-/* The output dtype of a case (o, do, dq, dk, dv). */
-static fa_dtype out_dtype(const xcase *c) {
-  return c->out ? (fa_dtype)(c->out - 1) : c->dt;
-}
 
 static size_t alloc_bytes(const ts_buf *b) {
   return b->bytes + 2 * (size_t)TS_GUARD_BYTES;
@@ -234,22 +250,15 @@ static void xt_dev(xt *x) {
 }
 
 /* Random N(0, amp^2) values (rounded to the dtype) in every logical
-   element; divided by the tensor's descale when it has one, so that the
-   decoded input is the N(0, amp^2) value again (up to the rounding). */
+   element. */
 static void fill(xs *s, xt *x, ts_rng *r, double amp) {
-  const int group = x->klike ? 1 : s->a.heads_q / s->a.heads_kv;
   for (int b = 0; b < s->a.batch; b++)
     for (int i = 0; i < rows_of(s, x->klike, b); i++)
       for (int h = 0; h < x->heads; h++) {
         int64_t o = elem_index(s, x, b, i, h);
-        const float *ds = x->t.descale;
-        double inv = !ds ? 1.0
-                     : x->t.descale_per_head
-                         ? 1.0 / ds[b * s->a.heads_kv + h / group]
-                         : 1.0 / ds[0];
         for (int c = 0; c < x->dim; c++)
           ts_store(x->t.data, x->t.dtype, o + c,
-                   (float)(amp * ts_rng_normal(r) * inv));
+                   (float)(amp * ts_rng_normal(r)));
       }
 }
 
@@ -311,6 +320,11 @@ static void xs_free(xs *s) {
     if (s->buf[i].alloc) ts_buf_free(s->ctx, &s->buf[i]);
     free(s->snap[i]);
   }
+  for (int i = 0; i < XV_MAX_SHARD; i++) {
+    if (s->shard_o[i].alloc) ts_buf_free(s->ctx, &s->shard_o[i]);
+    if (s->shard_l[i].alloc) ts_buf_free(s->ctx, &s->shard_l[i]);
+  }
+  if (s->shard_lse.alloc) ts_buf_free(s->ctx, &s->shard_lse);
   free(s->lq);
   free(s->lk);
   free(s->store_k);
@@ -320,6 +334,9 @@ static void xs_free(xs *s) {
   free(s->table);
   free(s->slopes);
   free(s->sinks);
+  free(s->qpos);
+  free(s->kpos);
+  for (int i = 0; i < 3; i++) free(s->dsc[i]);
 }
 
 /* An int/float array of the problem as a guarded buffer; the device pointer
@@ -343,6 +360,7 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   memset(s, 0, sizeof *s);
   s->c = c;
   s->ctx = ctx;
+  s->seed = data_seed;
   ts_rng sr, dr;
   ts_rng_seed(&sr, struct_seed);
   ts_rng_seed(&dr, data_seed);
@@ -456,10 +474,50 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
       s->sinks[h] = (float)(1.5 * ts_rng_normal(&dr) + (h == 0 ? 3.0 : 0.0));
     a->sinks = s->sinks;
     if (arr_buf(s, B_SINKS, s->sinks, sizeof(float) * c->hq)) return -1;
+    if (c->dsinks) {
+      if (ts_buf_alloc(&s->buf[B_DSINKS], sizeof(float) * c->hq)) return -1;
+      ts_poison_f32((float *)s->buf[B_DSINKS].host, (size_t)c->hq);
+    }
+  }
+  if (c->pos) {
+    a->positions = FA_POSITIONS_EXPLICIT;
+    a->q_position = c->qoff;
+    a->k_position = c->koff;
+    if (c->pos == 2) {
+      // Per sequence: where each shard's queries and keys sit, negative
+      // offsets and offsets that leave some rows with no key included.
+      s->qpos = malloc(sizeof(int64_t) * B);
+      s->kpos = malloc(sizeof(int64_t) * B);
+      if (!s->qpos || !s->kpos) return -1;
+      for (int b = 0; b < B; b++) {
+        s->qpos[b] = ts_rng_int(&sr, -40, 60);
+        s->kpos[b] = ts_rng_int(&sr, -40, 40);
+      }
+      a->q_positions = s->qpos;
+      a->k_positions = s->kpos;
+      if (arr_buf(s, B_QPOS, s->qpos, sizeof(int64_t) * B) ||
+          arr_buf(s, B_KPOS, s->kpos, sizeof(int64_t) * B))
+        return -1;
+    }
+  }
+  if (c->descale) {
+    // 2^u, u uniform in [-1.5, 1.5): far from 1, decoded values stay O(1).
+    const int per[3] = {c->descale == 2, c->descale >= 2, c->descale == 2};
+    const int on[3] = {1, 1, c->descale != 3};
+    for (int i = 0; i < 3; i++) {
+      if (!on[i]) continue;
+      size_t n = per[i] ? (size_t)B * c->hkv : 1;
+      s->dsc[i] = malloc(sizeof(float) * n);
+      if (!s->dsc[i]) return -1;
+      for (size_t j = 0; j < n; j++)
+        s->dsc[i][j] = (float)pow(2.0, 3.0 * ts_rng_uniform(&dr) - 1.5);
+      if (arr_buf(s, B_DSQ + i, s->dsc[i], sizeof(float) * n)) return -1;
+    }
   }
 
   // Tensors.
-  fa_dtype dt = c->dt, dto = out_dtype(c);
+  fa_dtype dt = c->dt, dto = xv_out_dtype(c);
+  s->dto = dto;
   int vq = c->varlen != 0, vk = c->varlen == 1;
   int tq = 0, tk = 0;
   for (int b = 0; b < B; b++) {
@@ -498,24 +556,9 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
                 vk, 1))
       return -1;
   }
-  if (xt_init(&s->o, &s->buf[B_O], dto, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
-              0))
+  if (xt_init(&s->o, &s->buf[B_O], dto, ol, qnb, qns, c->hq, c->dv, c->pad,
+              vq, 0))
     return -1;
-  if (c->descale) {
-    // Three arrays (q, k, v): one value each, or one per (sequence, kv
-    // head); not powers of two, so that descaling rounds.
-    const int n = c->descale == 2 ? B * c->hkv : 1;
-    if (ts_buf_alloc(&s->buf[B_DESCALE], sizeof(float) * 3 * (size_t)n))
-      return -1;
-    float *ds = (float *)s->buf[B_DESCALE].host;
-    for (int i = 0; i < 3 * n; i++)
-      ds[i] = (float)(1.37 * ldexp(1.0, ts_rng_int(&sr, -6, 2)));
-    xt *in[3] = {&s->q, &s->k, &s->v};
-    for (int i = 0; i < 3; i++) {
-      in[i]->t.descale = ds + i * n;
-      in[i]->t.descale_per_head = c->descale == 2;
-    }
-  }
   if (c->gen) {
     fill_edge(s, &s->q, &dr, c->gen, 0);
     fill_edge(s, &s->k, &dr, c->gen, 1);
@@ -526,14 +569,14 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
     fill(s, &s->v, &dr, 1.0);
   }
   if (c->bwd) {
-    if (xt_init(&s->d_o, &s->buf[B_DO], dto, ol, qnb, qns, c->hq, c->dv, c->pad,
-                vq, 0) ||
+    if (xt_init(&s->d_o, &s->buf[B_DO], dto, ol, qnb, qns, c->hq, c->dv,
+                c->pad, vq, 0) ||
         xt_init(&s->dq, &s->buf[B_DQ], dto, ol, qnb, qns, c->hq, c->d, c->pad,
                 vq, 0) ||
-        xt_init(&s->dk, &s->buf[B_DK], dto, kl, knb, kns, c->hkv, c->d, c->pad,
-                vk, 1) ||
-        xt_init(&s->dv, &s->buf[B_DV], dto, kl, knb, kns, c->hkv, c->dv, c->pad,
-                vk, 1))
+        xt_init(&s->dk, &s->buf[B_DK], dto, kl, knb, kns, c->hkv, c->d,
+                c->pad, vk, 1) ||
+        xt_init(&s->dv, &s->buf[B_DV], dto, kl, knb, kns, c->hkv, c->dv,
+                c->pad, vk, 1))
       return -1;
     fill(s, &s->d_o, &dr, 1.0);
   }
@@ -562,14 +605,22 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
   if (c->page) s->ad.block_table = ts_buf_dev(&s->buf[B_TABLE]);
   if (c->alibi) s->ad.alibi_slopes = ts_buf_dev(&s->buf[B_SLOPES]);
   if (c->sinks) s->ad.sinks = ts_buf_dev(&s->buf[B_SINKS]);
+  if (c->dsinks && c->sinks) s->ad.dsinks = ts_buf_dev(&s->buf[B_DSINKS]);
+  if (s->qpos) s->ad.q_positions = ts_buf_dev(&s->buf[B_QPOS]);
+  if (s->kpos) s->ad.k_positions = ts_buf_dev(&s->buf[B_KPOS]);
   xt *all[] = {&s->q, &s->k, &s->v, &s->o, &s->d_o, &s->dq, &s->dk, &s->dv};
   for (int i = 0; i < 8; i++)
     if (all[i]->buf) xt_dev(all[i]);
-  if (c->descale) // the descales in the context's memory too
-    for (int i = 0; i < 3; i++)
-      all[i]->d.descale =
-          (const float *)ts_buf_dev(&s->buf[B_DESCALE]) +
-          (all[i]->t.descale - (const float *)s->buf[B_DESCALE].host);
+  // Descales (after xt_dev: the host views get host arrays, the library's
+  // views the mirrors); per head = per (batch, kv head).
+  xt *in[3] = {&s->q, &s->k, &s->v};
+  const int per[3] = {c->descale == 2, c->descale >= 2, c->descale == 2};
+  for (int i = 0; i < 3; i++) {
+    if (!s->dsc[i]) continue;
+    in[i]->t.descale = s->dsc[i];
+    in[i]->d.descale = ts_buf_dev(&s->buf[B_DSQ + i]);
+    in[i]->t.descale_per_head = in[i]->d.descale_per_head = per[i];
+  }
   return 0;
 }
 
@@ -577,30 +628,28 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
  * ------------------------------------------------------------------ */
 
 static const char *buf_name(int id) {
-  static const char *n[NBUF] = {"q",
-                                "k",
-                                "v",
-                                "do",
-                                "o",
-                                "dq",
-                                "dk",
-                                "dv",
-                                "lse",
-                                "cu_seqlens_q",
-                                "cu_seqlens_k",
-                                "seqused_k",
-                                "block_table",
-                                "alibi_slopes",
-                                "sinks",
-                                "descales"};
+  static const char *n[NBUF] = {
+      "q",           "k",           "v",         "do",          "o",
+      "dq",          "dk",          "dv",        "lse",         "dsinks",
+      "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table", "alibi_slopes",
+      "sinks",       "q_positions", "k_positions", "q.descale", "k.descale",
+      "v.descale"};
   return n[id];
+}
+
+/* The element type of an output buffer (poison pattern). */
+static fa_dtype buf_dtype(const xs *s, int id) {
+  if (id == B_LSE || id == B_DSINKS) return FA_F32;
+  if (id == B_Q || id == B_K || id == B_V) return s->c->dt;
+  return s->dto;
 }
 
 /* Re-poison output buffers and upload them. */
 static int poison_upload(xs *s, const int *ids, int n) {
   for (int i = 0; i < n; i++) {
     ts_buf *b = &s->buf[ids[i]];
-    fa_dtype t = ids[i] == B_LSE ? FA_F32 : out_dtype(s->c);
+    if (!b->alloc) continue;
+    fa_dtype t = buf_dtype(s, ids[i]);
     ts_poison(b->host, t, b->bytes / ts_dtype_size(t));
     if (ts_buf_upload(s->ctx, b)) return -1;
   }
@@ -768,8 +817,8 @@ static void extract_lse(xs *s, double *dense) {
 static void check_untouched(xs *s, const int *ids, int n, msgbuf *m) {
   for (int k = 0; k < n; k++) {
     ts_buf *b = &s->buf[ids[k]];
-    if (ts_buf_download(s->ctx, b)) continue;
-    fa_dtype t = ids[k] == B_LSE ? FA_F32 : out_dtype(s->c);
+    if (!b->alloc || ts_buf_download(s->ctx, b)) continue;
+    fa_dtype t = buf_dtype(s, ids[k]);
     size_t cnt = b->bytes / ts_dtype_size(t);
     for (size_t i = 0; i < cnt; i++)
       if (!ts_is_poison(b->host, t, (int64_t)i)) {
@@ -792,7 +841,7 @@ typedef struct xrun {
 
 static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
   static const char *cz[3] = {"0", "br", "tl"};
-  char lay[32], thr[128] = "";
+  char lay[32], thr[256] = "";
   int tn = 0;
   if (c->threads)
     tn += snprintf(thr + tn, sizeof thr - tn, " threads=%d", c->threads);
@@ -808,10 +857,21 @@ static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
   }
   if (c->out)
     tn += snprintf(thr + tn, sizeof thr - tn, " out=%s",
-                   ts_dtype_name(out_dtype(c)));
+                   ts_dtype_name(xv_out_dtype(c)));
+  if (c->pos)
+    tn += snprintf(thr + tn, sizeof thr - tn, " pos=%lld,%lld%s", c->qoff,
+                   c->koff, c->pos == 2 ? "+per-seq" : "");
   if (c->descale)
     tn += snprintf(thr + tn, sizeof thr - tn, " descale=%s",
-                   c->descale == 2 ? "per-head" : "one");
+                   c->descale == 1   ? "scalar"
+                   : c->descale == 2 ? "per-head"
+                                     : "q1,kh,v0");
+  if (c->dsinks) tn += snprintf(thr + tn, sizeof thr - tn, " dsinks");
+  if (c->accum) tn += snprintf(thr + tn, sizeof thr - tn, " accumulate");
+  if (c->shard)
+    tn += snprintf(thr + tn, sizeof thr - tn, " shard=%dx%d", c->shard,
+                   c->shard);
+  if (c->plan && c->bwd) tn += snprintf(thr + tn, sizeof thr - tn, " plan");
   if (c->layout == XV_LAYOUT_PACKED)
     snprintf(lay, sizeof lay, "qkvpacked");
   else if (c->mixed)
@@ -895,8 +955,8 @@ static int check_elementwise(xs *s, const double *oref, const double *lref,
   } else {
     // fz_compare's leak_ok bit 1: a NaN where the oracle's O is finite.
     const int leak = c->gen == XV_GEN_NAN_V && tile_kernel(s) ? 1 : 0;
-    size_t bad = fz_compare("o", out_dtype(c), oref, ogot, otol, no, leak,
-                            stdout, NULL, NULL);
+    size_t bad =
+        fz_compare("o", s->dto, oref, ogot, otol, no, leak, stdout, NULL, NULL);
     if (bad) msg(m, "o: %zu elements outside the fz_tol.h bounds", bad);
     if (!c->no_lse) {
       extract_lse(s, lgot);
@@ -911,6 +971,110 @@ static int check_elementwise(xs *s, const double *oref, const double *lref,
   free(otol);
   free(ltol);
   return m->count ? R_FAIL : R_PASS;
+}
+
+/* Chunk boundaries of n uneven chunks of len rows (cut[0] = 0, cut[n] =
+   len, every chunk non-empty when len >= n). */
+static void shard_cuts(int len, int n, int *cut) {
+  for (int i = 0; i <= n; i++) {
+    cut[i] = (int)((int64_t)len * i * (i + 1) / (n * (n + 1)));
+    if (i > 0 && cut[i] <= cut[i - 1] && cut[i - 1] < len)
+      cut[i] = cut[i - 1] + 1;
+  }
+  cut[n] = len;
+}
+
+/* The shard check, what ring attention and chunked prefill rely on: q rows
+   and k rows cut into c->shard chunks each; every (q chunk, k chunk) pair
+   runs as a problem of its own whose explicit positions place its rows in
+   the whole, into f32 parts (o and lse); fa_merge_states combines each q
+   chunk's parts into that chunk of o, and the merged lse goes into the
+   whole's lse. The result must equal the whole's (checked against the
+   oracle by the caller). Dense problems (the grid gives no varlen, paged,
+   seqused or sinks to shard cases: a sink belongs to a whole row). On
+   failure returns the status with fa_last_error() intact. */
+static fa_status shard_forward(xrun *r, xs *s, msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->ad;
+  const int n = c->shard, B = a->batch, HQ = a->heads_q, DV = c->dv;
+  const int SQ = a->seqlen_q, SK = a->seqlen_k;
+  if (n < 1 || n > XV_MAX_SHARD || SQ < n || SK < n || a->cu_seqlens_q ||
+      a->block_table || a->seqused_k || a->sinks) {
+    msg(m, "harness: a shard case must be dense, sinkless, with >= %d rows",
+        n);
+    return FA_OK;
+  }
+  const int expl = a->positions == FA_POSITIONS_EXPLICIT;
+  const int64_t qpos = expl                        ? a->q_position
+                       : a->causal == FA_CAUSAL_TOP_LEFT ? 0
+                                                   : (int64_t)SK - SQ;
+  const int64_t kpos = expl ? a->k_position : 0;
+  int qc[XV_MAX_SHARD + 1], kc[XV_MAX_SHARD + 1];
+  shard_cuts(SQ, n, qc);
+  shard_cuts(SK, n, kc);
+  int maxq = 0;
+  for (int i = 0; i < n; i++)
+    if (qc[i + 1] - qc[i] > maxq) maxq = qc[i + 1] - qc[i];
+  const size_t po = (size_t)B * maxq * HQ * DV, pl = (size_t)B * HQ * maxq;
+  for (int j = 0; j < n; j++)
+    if (ts_buf_alloc(&s->shard_o[j], po * 4) ||
+        ts_buf_alloc(&s->shard_l[j], pl * 4) ||
+        ts_buf_upload(s->ctx, &s->shard_o[j]) ||
+        ts_buf_upload(s->ctx, &s->shard_l[j]))
+      return FA_ERR_OUT_OF_MEMORY;
+  if (ts_buf_alloc(&s->shard_lse, pl * 4) ||
+      ts_buf_upload(s->ctx, &s->shard_lse))
+    return FA_ERR_OUT_OF_MEMORY;
+  const size_t ei = ts_dtype_size(c->dt), eo = ts_dtype_size(s->dto);
+  float *lse_host = (float *)s->buf[B_LSE].host;
+  for (int qi = 0; qi < n; qi++) {
+    const int q0 = qc[qi], nq = qc[qi + 1] - qc[qi];
+    fa_tensor parts[XV_MAX_SHARD];
+    const float *lses[XV_MAX_SHARD];
+    for (int kj = 0; kj < n; kj++) {
+      const int k0 = kc[kj], nk = kc[kj + 1] - kc[kj];
+      fa_attention sub = *a;
+      sub.seqlen_q = nq;
+      sub.seqlen_k = nk;
+      sub.positions = FA_POSITIONS_EXPLICIT;
+      sub.q_position = qpos + q0;
+      sub.k_position = kpos + k0;
+      fa_tensor tq = s->q.d, tk = s->k.d, tv = s->v.d;
+      tq.data = (unsigned char *)tq.data + (size_t)q0 * tq.stride_seq * ei;
+      tk.data = (unsigned char *)tk.data + (size_t)k0 * tk.stride_seq * ei;
+      tv.data = (unsigned char *)tv.data + (size_t)k0 * tv.stride_seq * ei;
+      fa_tensor to;
+      memset(&to, 0, sizeof to);
+      to.data = ts_buf_dev(&s->shard_o[kj]);
+      to.dtype = FA_F32; // parts in f32, whatever the output dtype
+      to.stride_head = DV;
+      to.stride_seq = (int64_t)HQ * DV;
+      to.stride_batch = (int64_t)nq * HQ * DV;
+      parts[kj] = to;
+      lses[kj] = ts_buf_dev(&s->shard_l[kj]);
+      fa_status st = fa_forward(r->ctx, &sub, tq, tk, tv, to,
+                                (float *)lses[kj]);
+      if (st) return st;
+    }
+    fa_tensor ov = s->o.d;
+    ov.data = (unsigned char *)ov.data + (size_t)q0 * ov.stride_seq * eo;
+    float *ml = ts_buf_dev(&s->shard_lse);
+    fa_status st =
+        fa_merge_states(r->ctx, n, parts, lses, B, nq, HQ, DV, ov, ml);
+    if (!st) st = fa_synchronize(r->ctx);
+    if (st) return st;
+    if (c->no_lse) continue;
+    if (ts_buf_download(s->ctx, &s->shard_lse)) return FA_ERR_BACKEND;
+    const float *l = (const float *)s->shard_lse.host;
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < HQ; h++)
+        for (int i = 0; i < nq; i++)
+          lse_host[((size_t)b * HQ + h) * SQ + q0 + i] =
+              l[((size_t)b * HQ + h) * nq + i];
+  }
+  if (!c->no_lse && ts_buf_upload(s->ctx, &s->buf[B_LSE]))
+    return FA_ERR_BACKEND;
+  return FA_OK;
 }
 
 static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
@@ -933,17 +1097,18 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     msg(m, "oracle failed");
     goto done;
   }
+  // The naive yardstick rounds the matmul operand P to the input dtype and
+  // O to the output dtype; the f32 bounds hold when both are f32, the 2x
+  // naive rule (with bt, the less precise of the two) otherwise.
+  const fa_dtype dto = s->dto, bt = bound_dtype(c->dt, dto);
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
   const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
-  // The rule is the output precision's (for 16-bit problems the inputs'):
-  // FP8 inputs are decoded exactly, so only the output rounds.
-  const fa_dtype rule = out_dtype(c);
-  if (rule != FA_F32 && !elementwise) {
-    fa_naive_forward_out(a, s->q.t, s->k.t, s->v.t, rule, onv, lnv);
+  if (bt != FA_F32 && !elementwise) {
+    fa_naive_forward_to(a, s->q.t, s->k.t, s->v.t, dto, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
     nmerr = ts_max_err_f(oref, onv, no);
     nlerr = ts_lse_err_f(lref, lnv, nl);
-    if (!naive_sane(rule, nerr))
+    if (!naive_sane(bt, nerr))
       msg(m,
           "harness: the naive same-precision attention disagrees with the "
           "oracle (err %.3e): the references do not agree on semantics",
@@ -956,7 +1121,9 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   }
   float *lse_dev = c->no_lse ? NULL : ts_buf_dev(&s->buf[B_LSE]);
   fa_status st =
-      fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
+      c->shard
+          ? shard_forward(r, s, m)
+          : fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
   if (!st) st = fa_synchronize(r->ctx); // GPU calls are asynchronous
   if (st) {
     char why[400];
@@ -974,11 +1141,11 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     rc = check_elementwise(s, oref, lref, ogot, lgot, res, rn, m);
     goto done;
   }
-  double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(rule, nerr);
-  double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(rule, nmerr);
+  double err = ts_rel_err(oref, ogot, no), bound = fwd_bound(bt, nerr);
+  double merr = ts_max_err(oref, ogot, no), mbound = fwd_bound(bt, nmerr);
   check_err("o (relative Frobenius)", err, bound, m);
   check_err("o (max abs / max |ref|)", merr, mbound, m);
-  double lerr = 0.0, lbound = lse_bound(rule, nlerr);
+  double lerr = 0.0, lbound = lse_bound(bt, nlerr);
   if (!c->no_lse) {
     extract_lse(s, lgot);
     check_finite(lref, lgot, nl, "lse", m);
@@ -993,7 +1160,7 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
 
   int n = snprintf(res, rn, "err=%.2e max=%.2e bound=%.2e/%.2e", err, merr,
                    bound, mbound);
-  if (rule != FA_F32 && n > 0 && (size_t)n < rn)
+  if (bt != FA_F32 && n > 0 && (size_t)n < rn)
     n += snprintf(res + n, rn - (size_t)n, " (naive %.2e/%.2e)", nerr, nmerr);
   if (!c->no_lse && n > 0 && (size_t)n < rn)
     n += snprintf(res + n, rn - (size_t)n, " lse_err=%.2e", lerr);
@@ -1088,7 +1255,7 @@ static int check_bwd_elementwise(xs *s, double *const ref[3],
   } else {
     for (int i = 0; i < 3; i++) {
       check_finite(ref[i], got[i], cnt[i], names[i], m);
-      size_t bad = fz_compare(names[i], out_dtype(c), ref[i], got[i], tol[i],
+      size_t bad = fz_compare(names[i], s->dto, ref[i], got[i], tol[i],
                               cnt[i], 0, stdout, NULL, NULL);
       if (bad)
         msg(m, "%s: %zu elements outside the fz_tol.h bounds", names[i], bad);
@@ -1101,6 +1268,212 @@ static int check_bwd_elementwise(xs *s, double *const ref[3],
   free(ltol);
   for (int i = 0; i < 3; i++) free(tol[i]);
   return m->count ? R_FAIL : R_PASS;
+}
+
+/* dsinks against the float64 oracle: |got - ref| relative to the sum of
+   its terms' magnitudes (fa_oracle_dsinks), which a correct fp32 sum meets
+   to ~n u; the library's D = dO . O uses its own O, rounded to the output
+   dtype, which costs up to a few of that dtype's unit roundoffs: f32 2e-5,
+   16-bit 4 u + 1e-3 (a wrong sign or a missing row is off by O(1)). */
+static double dsinks_bound(fa_dtype t) {
+  return t == FA_F32 ? 2e-5 : 4.0 * ts_unit_roundoff(t) + 1e-3;
+}
+
+static void check_dsinks(xs *s, msgbuf *m, double *worst) {
+  const fa_attention *a = &s->a;
+  const int HQ = a->heads_q;
+  double *ref = malloc(sizeof(double) * HQ), *mag = malloc(sizeof(double) * HQ);
+  *worst = 0.0;
+  if (!ref || !mag ||
+      fa_oracle_dsinks(a, s->q.t, s->k.t, s->v.t, s->d_o.t, ref, mag)) {
+    msg(m, "oracle dsinks failed");
+    free(ref);
+    free(mag);
+    return;
+  }
+  const float *got = (const float *)s->buf[B_DSINKS].host;
+  const double bound = dsinks_bound(bound_dtype(s->c->dt, s->dto));
+  for (int h = 0; h < HQ; h++) {
+    double e = fabs((double)got[h] - ref[h]) / (mag[h] > 1e-30 ? mag[h] : 1.0);
+    if (!(e <= bound)) // NaN fails too
+      msg(m, "dsinks[%d] = %.9g, oracle %.9g (magnitude %.3g): error %.3e "
+          "exceeds %.3e",
+          h, (double)got[h], ref[h], mag[h], e, bound);
+    if (e > *worst) *worst = e;
+  }
+  free(ref);
+  free(mag);
+}
+
+/* Host copies of the payloads of the gradient buffers (and dsinks). */
+static int grads_copy(const xs *s, const int *ids, int n,
+                      unsigned char **out) {
+  for (int i = 0; i < n; i++) {
+    const ts_buf *b = &s->buf[ids[i]];
+    out[i] = malloc(b->bytes + 1);
+    if (!out[i]) return -1;
+    memcpy(out[i], b->host, b->bytes);
+  }
+  return 0;
+}
+
+static int backward_call(xrun *r, xs *s, const fa_attention *a, float *lse,
+                         fa_plan *plan) {
+  fa_status st =
+      plan ? fa_plan_backward(plan, s->q.d, s->k.d, s->v.d, s->o.d, s->d_o.d,
+                              lse, s->dq.d, s->dk.d, s->dv.d)
+           : fa_backward(r->ctx, a, s->q.d, s->k.d, s->v.d, s->o.d, s->d_o.d,
+                         lse, s->dq.d, s->dk.d, s->dv.d);
+  if (!st) st = fa_synchronize(r->ctx);
+  return st;
+}
+
+/* Backward plans: fa_plan_create_backward + fa_plan_backward (run twice)
+   bit-identical to the fa_backward results in the host buffers. */
+static void check_backward_plan(xrun *r, xs *s, float *lse, msgbuf *m) {
+  int ids[4] = {B_DQ, B_DK, B_DV, B_DSINKS};
+  const int n = s->buf[B_DSINKS].alloc ? 4 : 3;
+  unsigned char *want[4] = {NULL, NULL, NULL, NULL};
+  fa_plan *plan = NULL;
+  if (grads_copy(s, ids, n, want)) {
+    msg(m, "out of memory");
+    goto done;
+  }
+  fa_status st = fa_plan_create_backward(r->ctx, &s->ad, s->q.d, s->k.d,
+                                         s->v.d, s->o.d, s->d_o.d, s->dq.d,
+                                         s->dk.d, s->dv.d, &plan);
+  if (st) {
+    msg(m, "fa_plan_create_backward returned %s: %s", fa_status_string(st),
+        fa_last_error());
+    goto done;
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    if (poison_upload(s, ids, n)) {
+      msg(m, "upload failed");
+      goto done;
+    }
+    st = backward_call(r, s, NULL, lse, plan);
+    if (st) {
+      msg(m, "fa_plan_backward returned %s: %s", fa_status_string(st),
+          fa_last_error());
+      goto done;
+    }
+    if (download(s, ids, n)) {
+      msg(m, "download failed");
+      goto done;
+    }
+    for (int i = 0; i < n; i++)
+      if (memcmp(want[i], s->buf[ids[i]].host, s->buf[ids[i]].bytes))
+        msg(m, "fa_plan_backward (run %d): %s differs bitwise from "
+            "fa_backward", pass + 1, buf_name(ids[i]));
+  }
+done:
+  fa_plan_destroy(plan);
+  for (int i = 0; i < 4; i++) free(want[i]);
+}
+
+/* FA_BACKWARD_ACCUMULATE: the gradient buffers' logical elements (and
+   dsinks) start random, the rest poisoned; afterwards each logical element
+   must be round(old + g): for f32 bit-equal to old + the overwrite result
+   (held in the host buffers now), for 16-bit within one rounding of
+   old + the (rounded) overwrite result: |got - e| <= u (|e| + 2 |ovw|),
+   e = old + ovw. Elements outside the views keep their poison. */
+static void check_accumulate(xrun *r, xs *s, float *lse, msgbuf *m) {
+  int ids[4] = {B_DQ, B_DK, B_DV, B_DSINKS};
+  xt *x[3] = {&s->dq, &s->dk, &s->dv};
+  const int n = s->buf[B_DSINKS].alloc ? 4 : 3;
+  unsigned char *ovw[4] = {NULL, NULL, NULL, NULL},
+                *old[4] = {NULL, NULL, NULL, NULL}, *mk[3] = {NULL, NULL, NULL};
+  const fa_dtype t = s->dto;
+  const double u = ts_unit_roundoff(t);
+  ts_rng rng;
+  ts_rng_seed(&rng, s->seed ^ 0xacc0acc0ull);
+  if (grads_copy(s, ids, n, ovw)) {
+    msg(m, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < 3; i++) {
+    ts_buf *b = x[i]->buf;
+    size_t cnt = b->bytes / ts_dtype_size(t);
+    mk[i] = view_marks(s, x[i]);
+    if (!mk[i]) {
+      msg(m, "out of memory");
+      goto done;
+    }
+    ts_poison(b->host, t, cnt);
+    for (size_t e = 0; e < cnt; e++)
+      if (mk[i][e] == 1) ts_store(b->host, t, (int64_t)e, ts_rng_normal(&rng));
+  }
+  if (n == 4) {
+    float *d = (float *)s->buf[B_DSINKS].host;
+    for (int h = 0; h < s->a.heads_q; h++) d[h] = (float)ts_rng_normal(&rng);
+  }
+  if (grads_copy(s, ids, n, old)) {
+    msg(m, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++)
+    if (ts_buf_upload(s->ctx, &s->buf[ids[i]])) {
+      msg(m, "upload failed");
+      goto done;
+    }
+  fa_attention acc = s->ad;
+  acc.backward_mode = FA_BACKWARD_ACCUMULATE;
+  fa_status st = backward_call(r, s, &acc, lse, NULL);
+  if (st) {
+    msg(m, "fa_backward (FA_BACKWARD_ACCUMULATE) returned %s: %s",
+        fa_status_string(st), fa_last_error());
+    goto done;
+  }
+  if (download(s, ids, n)) {
+    msg(m, "download failed");
+    goto done;
+  }
+  for (int i = 0; i < 3; i++) {
+    const ts_buf *b = x[i]->buf;
+    size_t cnt = b->bytes / ts_dtype_size(t), bad = 0, outside = 0;
+    for (size_t e = 0; e < cnt; e++) {
+      if (mk[i][e] == 0) {
+        outside += !ts_is_poison(b->host, t, (int64_t)e);
+        continue;
+      }
+      if (mk[i][e] != 1) continue;
+      double o = ts_load(old[i], t, (int64_t)e),
+             w = ts_load(ovw[i], t, (int64_t)e),
+             g = ts_load(b->host, t, (int64_t)e);
+      int ok;
+      if (t == FA_F32) {
+        float want = (float)o + (float)w;
+        ok = memcmp(&want, (const float *)b->host + e, 4) == 0;
+      } else {
+        double ex = o + w;
+        ok = fabs(g - ex) <= u * (fabs(ex) + 2.0 * fabs(w)) + 1e-7;
+      }
+      if (!ok && bad++ < 2)
+        msg(m, "accumulate: %s element %zu = %.9g, old %.9g + overwrite "
+            "result %.9g = %.9g",
+            buf_name(ids[i]), e, g, o, w, o + w);
+    }
+    if (bad > 2) msg(m, "accumulate: %s: %zu elements wrong", buf_name(ids[i]),
+                     bad);
+    if (outside)
+      msg(m, "accumulate: %s: %zu elements outside the view were written",
+          buf_name(ids[i]), outside);
+  }
+  if (n == 4)
+    for (int h = 0; h < s->a.heads_q; h++) {
+      float o = ((const float *)old[3])[h], w = ((const float *)ovw[3])[h];
+      float want = o + w, got = ((const float *)s->buf[B_DSINKS].host)[h];
+      if (memcmp(&want, &got, 4))
+        msg(m, "accumulate: dsinks[%d] = %.9g, want old %.9g + %.9g = %.9g",
+            h, (double)got, (double)o, (double)w, (double)want);
+    }
+done:
+  for (int i = 0; i < 4; i++) {
+    free(ovw[i]);
+    free(old[i]);
+  }
+  for (int i = 0; i < 3; i++) free(mk[i]);
 }
 
 static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
@@ -1164,8 +1537,9 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     }
     memcpy(s->snap[fo[i]], s->buf[fo[i]].alloc, alloc_bytes(&s->buf[fo[i]]));
   }
-  int outs[3] = {B_DQ, B_DK, B_DV};
-  if (poison_upload(s, outs, 3)) {
+  int outs[4] = {B_DQ, B_DK, B_DV, B_DSINKS};
+  const int nouts = s->buf[B_DSINKS].alloc ? 4 : 3;
+  if (poison_upload(s, outs, nouts)) {
     msg(m, "upload failed");
     goto done;
   }
@@ -1175,7 +1549,7 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   if (st) {
     char why[400];
     rc = fail_status(st, "fa_backward", m, why, sizeof why);
-    check_untouched(s, outs, 3, m);
+    check_untouched(s, outs, nouts, m);
     if (rc == R_SKIP && m->count) rc = R_FAIL;
     if (rc == R_SKIP) snprintf(res, rn, "unsupported: %s", why);
     goto done;
@@ -1194,26 +1568,41 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     // Normalised by the gradient magnitudes (see bwd_bound()).
     err[i] = ts_scaled_err(ref[i], got[i], mag[i], cnt[i]);
     merr[i] = ts_scaled_max_err(ref[i], got[i], mag[i], cnt[i]);
-    mbound[i] = bwd_bound(out_dtype(c),
-                          ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
+    const fa_dtype bt = bound_dtype(c->dt, s->dto);
+    mbound[i] =
+        bwd_bound(bt, ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
     double ne = ts_scaled_err_f(ref[i], nv_[i], mag[i], cnt[i]);
-    if (!naive_sane(out_dtype(c), ne))
+    if (!naive_sane(bt, ne))
       msg(m,
           "harness: naive same-precision %s disagrees with the oracle "
           "(err %.3e): the references do not agree on semantics",
           names[i], ne);
-    bound[i] = bwd_bound(out_dtype(c), ne);
+    bound[i] = bwd_bound(bt, ne);
     char what[64];
     snprintf(what, sizeof what, "%s (||err|| / ||magnitude||)", names[i]);
     check_err(what, err[i], bound[i], m);
     snprintf(what, sizeof what, "%s (max |err| / max magnitude)", names[i]);
     check_err(what, merr[i], mbound[i], m);
   }
-  snprintf(res, rn,
-           "dq=%.1e/%.1e dk=%.1e/%.1e dv=%.1e/%.1e bound=%.1e/%.1e "
-           "%.1e/%.1e %.1e/%.1e",
-           err[0], merr[0], err[1], merr[1], err[2], merr[2], bound[0],
-           mbound[0], bound[1], mbound[1], bound[2], mbound[2]);
+  int rl = snprintf(res, rn,
+                    "dq=%.1e/%.1e dk=%.1e/%.1e dv=%.1e/%.1e bound=%.1e/%.1e "
+                    "%.1e/%.1e %.1e/%.1e",
+                    err[0], merr[0], err[1], merr[1], err[2], merr[2],
+                    bound[0], mbound[0], bound[1], mbound[1], bound[2],
+                    mbound[2]);
+  if (nouts == 4) {
+    double w;
+    check_dsinks(s, m, &w);
+    if (rl > 0 && (size_t)rl < rn)
+      rl += snprintf(res + rl, rn - (size_t)rl, " dsinks=%.1e/%.1e", w,
+                     dsinks_bound(bound_dtype(c->dt, s->dto)));
+  }
+  int before = m->count;
+  if (c->plan) check_backward_plan(r, s, lse_dev, m);
+  if (c->accum) check_accumulate(r, s, lse_dev, m);
+  if (m->count == before && rl > 0 && (size_t)rl < rn)
+    snprintf(res + rl, rn - (size_t)rl, "%s%s", c->plan ? " plan=bitwise" : "",
+             c->accum ? " accumulate=ok" : "");
   rc = m->count ? R_FAIL : R_PASS;
 done:
   for (int i = 0; i < 3; i++) {

@@ -59,19 +59,38 @@ typedef struct xcase {
   int slack;        /* the maxima seqlen_q/seqlen_k exceed every real length
                        by this much (varlen, seqused_k) */
   float qamp;       /* q ~ N(0, qamp^2); 0 means 1. Large: sharp softmax */
-  int plan;         /* also check fa_plan_forward bits and determinism */
+  int plan;         /* forward: also check fa_plan_forward bits and
+                       determinism; backward: fa_plan_create_backward +
+                       fa_plan_backward bit-identical to fa_backward */
   int out;          /* 0: o, do and the gradients in dt; else 1 + their
                        dtype (FP8 inputs need one: outputs are not FP8) */
-  int descale;      /* descales on q, k, v: 0 none, 1 one value each, 2 per
-                       (sequence, kv head); the data is stored divided by
-                       them, so the decoded inputs stay ~N(0, 1) */
+  int descale;      /* descales: 0 none; 1 one value each for q, k, v; 2 per
+                       (sequence, kv head) each; 3 q one value, k per head,
+                       v none */
   int threads;      /* fa_context_set_threads for this case (CPU); 0 = the
                        default. Decode cases use 8 so the planner sees more
                        workers than work items and splits the keys
                        (split-KV) whatever the host's core count. */
   int gen;          /* XV_GEN_*: how q, k and v are drawn */
   int expect;       /* XV_EXPECT_*: how the result is checked */
+  /* ---- the 0.2 API ---- */
+  int pos;          /* 0 aligned; 1 FA_POSITIONS_EXPLICIT with q_position =
+                       qoff, k_position = koff; 2 also per-sequence arrays
+                       (random, negative ones included) */
+  long long qoff, koff;
+  int accum;        /* backward: then FA_BACKWARD_ACCUMULATE into random
+                       accumulators (f32: bit-equal to old + the overwrite
+                       result; 16-bit: within one rounding) */
+  int dsinks;       /* backward with sinks: dsinks against the oracle */
+  int shard;        /* forward (dense): cut q and k into shard chunks each,
+                       run every chunk pair with its explicit positions and
+                       combine them with fa_merge_states */
 } xcase;
+
+/* The output dtype of a case. */
+static inline fa_dtype xv_out_dtype(const xcase *c) {
+  return c->out ? (fa_dtype)(c->out - 1) : c->dt;
+}
 
 /* A case with every field at its default: forward f32, b2 sq64 sk64 hq2 hkv2
    d64 dv64, no mask, bshd, dense. */

@@ -9,7 +9,13 @@
 //      every feature, forward and backward;
 //   4. the oracle's backward matches central differences of its forward
 //      (L = sum(dO * O)), over every feature: softcap chain rule, ALiBi,
-//      sinks, GQA sums, paged and varlen keys.
+//      sinks, GQA sums, paged and varlen keys;
+//   5. the 0.2 semantics: explicit positions that restate the aligned ones
+//      (scalars and per-sequence arrays) are bit-identical to them, and
+//      other ones are not; power-of-two descales (one value, per head) are
+//      bit-identical to inputs scaled in storage, forward and backward; a
+//      16-bit dO is read as its value; dsinks matches central differences
+//      of the forward in the sinks and is bounded by its magnitude.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -401,6 +407,142 @@ static void finite_diff(int flags, ts_rng *r) {
   prob_free(&p);
 }
 
+/* ---- 5. positions, descales, output dtype, dsinks ------------------------
+ */
+
+static void semantics_02(int flags, ts_rng *r) {
+  prob p;
+  prob_make(&p, flags, r);
+  double o0[48], l0[24], o1[48], l1[24], g0[3][72], g1[3][72];
+  fa_oracle_forward(&p.a, tq(&p), tk(&p), tv(&p), o0, l0);
+  fa_oracle_backward(&p.a, tq(&p), tk(&p), tv(&p), tdo(&p), g0[0], g0[1],
+                     g0[2]);
+
+  // Explicit positions restating the aligned ones: per-sequence arrays
+  // carry each sequence's len_k - len_q (0 top-left), the scalars a common
+  // offset that cancels.
+  int64_t qp[2], kp[2];
+  for (int b = 0; b < 2; b++) {
+    qp[b] = p.a.causal == FA_CAUSAL_TOP_LEFT
+                ? 0
+                : fa_oracle_len_k(&p.a, b) - fa_oracle_len_q(&p.a, b);
+    kp[b] = 0;
+  }
+  fa_attention ae = p.a;
+  ae.positions = FA_POSITIONS_EXPLICIT;
+  ae.q_position = 1000 + 3;
+  ae.k_position = 1000 + 3;
+  ae.q_positions = qp;
+  ae.k_positions = kp;
+  fa_oracle_forward(&ae, tq(&p), tk(&p), tv(&p), o1, l1);
+  CHECK(!memcmp(o0, o1, sizeof o0) && !memcmp(l0, l1, sizeof l0),
+        "flags %d: explicit positions restating the aligned ones differ",
+        flags);
+  // The same shift added to q and k positions (per sequence): the same.
+  for (int b = 0; b < 2; b++) {
+    qp[b] -= 2 * b;
+    kp[b] -= 2 * b;
+  }
+  fa_oracle_forward(&ae, tq(&p), tk(&p), tv(&p), o1, l1);
+  CHECK(!memcmp(o0, o1, sizeof o0) && !memcmp(l0, l1, sizeof l0),
+        "flags %d: a shift common to q and k positions changed the result",
+        flags);
+  if (p.a.causal || p.a.window_left >= 0 || p.a.alibi_slopes) {
+    ae.q_position += 1; // the diagonal moves: masks and ALiBi see it
+    fa_oracle_forward(&ae, tq(&p), tk(&p), tv(&p), o1, l1);
+    CHECK(memcmp(o0, o1, sizeof o0) != 0,
+          "flags %d: moving the queries by one changed nothing", flags);
+  }
+
+  // Descales: q x 2 (one value), k x 2^(e) per (batch, kv head), v x 0.5,
+  // stored scaled vs decoded by the descale: bit-identical.
+  float dq1 = 2.0f, dk[4] = {0.5f, 2.0f, 4.0f, 0.25f}, dv1 = 0.5f;
+  float qs[72], ks[60], vs[40];
+  for (int i = 0; i < 72; i++) qs[i] = p.q[i] * dq1;
+  for (int b = 0; b < 2; b++)
+    for (int j = 0; j < 5; j++)
+      for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 3; c++) {
+          int x = ((b * 5 + j) * 2 + h) * 3 + c;
+          ks[x] = p.k[x] * dk[b * 2 + h];
+        }
+  for (int i = 0; i < 40; i++) vs[i] = p.v[i] * dv1;
+  fa_tensor qd = tq(&p), kd = tk(&p), vd = tv(&p);
+  qd.descale = &dq1;
+  kd.descale = dk;
+  kd.descale_per_head = 1;
+  vd.descale = &dv1;
+  fa_tensor qx = dense(qs, 3, 4, 3), kx = dense(ks, 5, 2, 3),
+            vx = dense(vs, 5, 2, 2);
+  double o2[48], l2[24], g2[3][72];
+  fa_oracle_forward(&p.a, qd, kd, vd, o1, l1);
+  fa_oracle_forward(&p.a, qx, kx, vx, o2, l2);
+  CHECK(!memcmp(o1, o2, sizeof o1) && !memcmp(l1, l2, sizeof l1),
+        "flags %d: descaled inputs differ from inputs scaled in storage",
+        flags);
+  memset(g1, 0, sizeof g1);
+  memset(g2, 0, sizeof g2);
+  fa_oracle_backward(&p.a, qd, kd, vd, tdo(&p), g1[0], g1[1], g1[2]);
+  fa_oracle_backward(&p.a, qx, kx, vx, tdo(&p), g2[0], g2[1], g2[2]);
+  CHECK(!memcmp(g1, g2, sizeof g1),
+        "flags %d: descaled gradients differ from those of inputs scaled "
+        "in storage (they are with respect to the decoded inputs)",
+        flags);
+  // q per head: entry b * heads_kv + h / group.
+  float dqh[4] = {2.0f, 0.5f, 1.0f, 4.0f};
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 3; i++)
+      for (int h = 0; h < 4; h++)
+        for (int c = 0; c < 3; c++) {
+          int x = ((b * 3 + i) * 4 + h) * 3 + c;
+          qs[x] = p.q[x] * dqh[b * 2 + h / 2];
+        }
+  qd = tq(&p);
+  qd.descale = dqh;
+  qd.descale_per_head = 1;
+  fa_oracle_forward(&p.a, qd, tk(&p), tv(&p), o1, l1);
+  fa_oracle_forward(&p.a, qx, tk(&p), tv(&p), o2, l2);
+  CHECK(!memcmp(o1, o2, sizeof o1) && !memcmp(l1, l2, sizeof l1),
+        "flags %d: q's per-head descale is not indexed by (batch, kv head)",
+        flags);
+
+  // A bf16 dO is read as its value.
+  uint16_t dob[48];
+  float dor[48];
+  for (int i = 0; i < 48; i++) {
+    ts_store(dob, FA_BF16, i, p.d_o[i]);
+    dor[i] = (float)ts_load(dob, FA_BF16, i);
+  }
+  fa_tensor tb = dense((float *)(void *)dob, 3, 4, 2), tr = dense(dor, 3, 4, 2);
+  tb.dtype = FA_BF16;
+  fa_oracle_backward(&p.a, tq(&p), tk(&p), tv(&p), tb, g1[0], g1[1], g1[2]);
+  fa_oracle_backward(&p.a, tq(&p), tk(&p), tv(&p), tr, g2[0], g2[1], g2[2]);
+  CHECK(!memcmp(g1, g2, sizeof g1), "flags %d: a bf16 dO is misread", flags);
+
+  // dsinks vs central differences in the sinks.
+  if (p.a.sinks) {
+    double ds[4], mag[4];
+    CHECK(!fa_oracle_dsinks(&p.a, tq(&p), tk(&p), tv(&p), tdo(&p), ds, mag),
+          "flags %d: fa_oracle_dsinks failed", flags);
+    for (int h = 0; h < 4; h++) {
+      float s0 = p.sinks[h], sp = s0 + 1e-2f, sm = s0 - 1e-2f;
+      p.sinks[h] = sp;
+      double lp = loss(&p);
+      p.sinks[h] = sm;
+      double lm = loss(&p);
+      p.sinks[h] = s0;
+      double fd = (lp - lm) / ((double)sp - (double)sm);
+      CHECK(fabs(fd - ds[h]) <= 2e-3 * (1.0 + fabs(ds[h])),
+            "flags %d: dsinks[%d] = %.6g, central differences %.6g", flags, h,
+            ds[h], fd);
+      CHECK(fabs(ds[h]) <= mag[h] * (1 + 1e-12) + 1e-300,
+            "flags %d: |dsinks[%d]| = %.3g exceeds its magnitude %.3g", flags,
+            h, fabs(ds[h]), mag[h]);
+    }
+  }
+  prob_free(&p);
+}
+
 int xv_selftest(void) {
   static const int combos[] = {
       0,
@@ -429,6 +571,7 @@ int xv_selftest(void) {
     invariance(combos[c], &r);
     naive_agrees(combos[c], &r);
     finite_diff(combos[c], &r);
+    semantics_02(combos[c], &r);
   }
   printf("oracle self-test: %s (%ld of %ld checks failed)\n",
          ut_failures ? "FAIL" : "PASS", ut_failures, ut_checks);
