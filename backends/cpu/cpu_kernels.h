@@ -263,6 +263,7 @@ typedef struct FA_FN(tiles) {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
   size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
   size_t kt, vt;
+  size_t fo, fc, fml; // forward, long rows: the folded state (fold_state)
   size_t vis; // 2 * bq ints: each lane's visible keys of the tile, [lo, hi)
   size_t total;
 } FA_FN(tiles);
@@ -323,10 +324,14 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
     FA_TAKE(qr, (size_t)(t.bq + 3) * t.ld);
     FA_TAKE(row, (size_t)(t.ld > t.ldv ? t.ld : t.ldv)); // one widened row
     FA_TAKE(p2, (bka + 1) / 2 * t.bq); // bf16 path: P in pairs
+    FA_TAKE(fo, (size_t)t.bq * t.ldv); // folded O
+    FA_TAKE(fc, (size_t)t.bq * t.ldv); // its compensation
+    FA_TAKE(fml, 3 * (size_t)t.bq);    // folded m, l, l's compensation
     t.kt = t.vt = 0;
     t.q = t.dot = t.d_o = t.g = t.dp = t.accv = 0;
   }
 #undef FA_TAKE
+  if (bwd) t.fo = t.fc = t.fml = 0;
   t.total = at;
   return t;
 }
@@ -627,6 +632,102 @@ static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
   }
 }
 
+/* Long rows. Every tile step adds each key's P.V term to the fp32 O (and
+   each block's sum to l) one rounding at a time, so that O's relative error
+   grows with the keys it has seen, and at 2^24 equal terms a term falls
+   under half an ulp of the sum and stops counting (O came out 0.25 for
+   v = 0.5 at 2^27 keys, while l, summed per block, was exact). Rather than
+   compensate each path's per-key sums (GEMM, row streaming, FP8 rows,
+   dpbf16, AMX), a split longer than FA_FOLD_FROM keys restarts its state
+   every FA_FOLD_KEYS keys and folds the finished (m, l, O) into a second
+   state by the merge lemma, with compensated (Kahan) sums for its l and O:
+   one fold per chunk costs O(lanes x dv), under 1% of the chunk's P.V, and
+   the error is that of one chunk's sum plus a bounded compensated sum,
+   whatever the row's length. Rows up to FA_FOLD_FROM keys (every normal
+   forward) take the step as before, bit for bit. */
+#ifndef FA_FOLD_KEYS
+#define FA_FOLD_KEYS 256
+#endif
+#ifndef FA_FOLD_FROM
+#define FA_FOLD_FROM 16384
+#endif
+
+/* Folded state: fo (O) and fc (its compensation) [bq][ldv]; fml: m, l, and
+   l's compensation, [bq] each. Starts empty (m = -inf). */
+static void FA_FN(fold_init)(const FA_FN(tiles) * t, float *ws, int nr,
+                             int dv) {
+  float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
+  for (int r = 0; r < nr; r++) {
+    fm[r] = -INFINITY;
+    fl[r] = flc[r] = 0.0f;
+    memset(ws + t->fo + (size_t)r * t->ldv, 0, sizeof(float) * (size_t)dv);
+    memset(ws + t->fc + (size_t)r * t->ldv, 0, sizeof(float) * (size_t)dv);
+  }
+}
+
+/* Compensated s += x: c holds what s lost (true sum = s - c). Written as
+   separate statements: C11 without extensions, so nothing is contracted or
+   reassociated across them. */
+static inline void FA_FN(kahan_add)(float *s, float *c, float x) {
+  const float y = x - *c, sum = *s + y;
+  *c = (sum - *s) - y;
+  *s = sum;
+}
+
+/* Fold the running state (m, l, O of lanes [0, nr)) into the folded one by
+   the merge lemma, and restart it empty. A NaN maximum on either side makes
+   the lane NaN, as in the step; an empty running state (m = -inf: no key,
+   or only -inf scores) adds nothing, and finalize still tells the two
+   apart. */
+static void FA_FN(fold_state)(const FA_FN(tiles) * t, float *ws, int nr,
+                              int dv) {
+  float *m = ws + t->m, *l = ws + t->l;
+  float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
+  for (int r = 0; r < nr; r++) {
+    float *o = ws + t->acc + (size_t)r * t->ldv;
+    if (m[r] != -INFINITY) {
+      float *fo = ws + t->fo + (size_t)r * t->ldv;
+      float *fc = ws + t->fc + (size_t)r * t->ldv;
+      const float mx = isnan(m[r]) || isnan(fm[r]) ? NAN
+                       : m[r] > fm[r]              ? m[r]
+                                                   : fm[r];
+      // (an empty folded state has fo = fc = 0: weight 0, not exp(NaN))
+      const float wa = fm[r] == -INFINITY ? 0.0f : expf(fm[r] - mx);
+      const float wb = expf(m[r] - mx);
+      if (wa != 1.0f) {
+        fl[r] *= wa;
+        flc[r] *= wa;
+        for (int d = 0; d < dv; d++) {
+          fo[d] *= wa;
+          fc[d] *= wa;
+        }
+      }
+      FA_FN(kahan_add)(fl + r, flc + r, l[r] * wb);
+      for (int d = 0; d < dv; d++) FA_FN(kahan_add)(fo + d, fc + d, o[d] * wb);
+      fm[r] = mx;
+    }
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    memset(o, 0, sizeof(float) * (size_t)dv);
+  }
+}
+
+/* The folded state back into (m, l, O) for finalize or the partials. */
+static void FA_FN(fold_finish)(const FA_FN(tiles) * t, float *ws, int nr,
+                               int dv) {
+  FA_FN(fold_state)(t, ws, nr, dv);
+  float *m = ws + t->m, *l = ws + t->l;
+  const float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
+  for (int r = 0; r < nr; r++) {
+    float *o = ws + t->acc + (size_t)r * t->ldv;
+    const float *fo = ws + t->fo + (size_t)r * t->ldv;
+    const float *fc = ws + t->fc + (size_t)r * t->ldv;
+    m[r] = fm[r];
+    l[r] = fl[r] - flc[r];
+    for (int d = 0; d < dv; d++) o[d] = fo[d] - fc[d];
+  }
+}
+
 #if FA_HAVE_DPBF16 && !defined(FA_TILE_STEP_HEADER)
 /* The default step's softmax: online_softmax, then P^T paired along keys
    into p2 ([(nc + 1) / 2][bq]) for gemm_bf16. */
@@ -713,7 +814,13 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (int d = 0; d < p->a.head_dim; d++)
         qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * bq + r];
   }
+  // Long splits: fold the state every fold_blocks blocks (see fold_state).
+  const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;
+  const int fold_blocks = FA_FOLD_KEYS > t->bk ? FA_FOLD_KEYS / t->bk : 1;
+  if (fold) FA_FN(fold_init)(t, ws, nr, dv);
   for (int kb = s0; kb < s1; kb++) {
+    if (fold && kb > s0 && (kb - s0) % fold_blocks == 0)
+      FA_FN(fold_state)(t, ws, nr, dv);
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
     if (small) {
@@ -860,6 +967,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
     }
   }
+  if (fold) FA_FN(fold_finish)(t, ws, nr, dv);
 
   if (plan->num_splits == 1) {
     for (int r = 0; r < nr; r++) {

@@ -762,6 +762,40 @@ static void case_gqa64(void) {
   prob_free(&p);
 }
 
+/* Rows longer than the forward folds at (cpu_kernels.h, fold_state: more
+   than 16384 keys in one split; one thread, so no split), on random
+   scores with a window that cuts the folded chunks, a sink, and a NaN in
+   v that only some rows see: the folded state against the oracle. */
+static void case_longrow(void) {
+  for (int t = 0; t < 3; t += 2) {
+    prob p;
+    prob_init(&p, (fa_dtype)t, 1, 4, 40000, 2, 1, 16, 8);
+    ts_rng r;
+    ts_rng_seed(&r, 4242);
+    fill(p.q, p.dt, p.nq, &r, 1);
+    fill(p.k, p.dt, p.nk, &r, 1);
+    fill(p.v, p.dt, p.nv, &r, 1);
+    static const float sinks[2] = {0.5f, -1.0f};
+    p.a.sinks = sinks;
+    p.a.causal = FA_CAUSAL_BOTTOM_RIGHT;
+    p.a.window_left = 30001; // row i sees keys 9995 + i .. 39996 + i
+    if (fa_context_set_threads(ctx, 1) != FA_OK) FAIL("set_threads(1)");
+    char what[64];
+    snprintf(what, sizeof what, "long row 4 x 40000 keys %s",
+             ts_dtype_name(p.dt));
+    check_forward(&p, what);
+    // Key 9996 of v: NaN for rows 0 and 1 (they see it), not rows 2, 3.
+    if (p.dt == FA_F32)
+      ((float *)p.v)[9996 * 8 + 3] = NAN;
+    else
+      ((uint16_t *)p.v)[9996 * 8 + 3] = 0x7fc0;
+    snprintf(what, sizeof what, "long row, NaN in v, %s", ts_dtype_name(p.dt));
+    check_forward(&p, what);
+    fa_context_set_threads(ctx, 0);
+    prob_free(&p);
+  }
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 typedef struct named {
@@ -779,6 +813,7 @@ static const named cases[] = {{"logits1e4", case_logits1e4},
                               {"seqlen1", case_seqlen1},
                               {"decode", case_decode},
                               {"gqa64", case_gqa64},
+                              {"longrow", case_longrow},
                               {NULL, NULL}};
 
 int main(int argc, char **argv) {
