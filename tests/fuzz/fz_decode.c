@@ -387,8 +387,10 @@ void fz_decode(fz_case *c, fz_in *in) {
       c->alias_of[i] = -2;
       break; // data = NULL
     case 4:
+      // One in four: a number that is no fa_dtype (5..9; 3 and 4 are the
+      // FP8 input dtypes since 0.2).
       t->dtype =
-          val % 4 == 3 ? (fa_dtype)(int)(4 + val % 5) : (fa_dtype)(val % 3);
+          val % 4 == 3 ? (fa_dtype)(int)(5 + val % 5) : (fa_dtype)(val % 3);
       break;
     case 5:
       c->alias_of[i] = (int)(val % NT);
