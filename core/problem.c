@@ -371,6 +371,12 @@ enum { VIEW_INPUT = 0, VIEW_OUTPUT_GROUP = 1 };
 static fa_status check_view(const fa_problem *p, const view *v, int varlen,
                             int group) {
   const fa_dtype want = group == VIEW_INPUT ? p->dtype : p->dtype_out;
+  // First: the output dtype is the o tensor's own, so nothing else would
+  // catch a number that is no fa_dtype (found by the fuzzer: a 2-byte store
+  // per element into a buffer laid out for none).
+  if (!fa_dtype_valid(v->t->dtype))
+    return fa_fail(INVALID, "%s.dtype=%d is not a valid fa_dtype", v->name,
+                   (int)v->t->dtype);
   if (group != VIEW_INPUT && fa_dtype_is_fp8(v->t->dtype))
     return fa_fail(INVALID,
                    "%s.dtype=%s: outputs are not FP8 (FP8 is an "

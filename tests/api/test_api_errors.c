@@ -226,6 +226,10 @@ static void test_tensors(void) {
   t.descale = &base.scale;
   fwd_case("o with a descale", &base, tq, tk, tv, t, FA_ERR_INVALID_ARGUMENT,
            "o descale", NULL);
+  t = to;
+  t.dtype = (fa_dtype)5; // the output dtype is o's own: still a valid one
+  fwd_case("o dtype 5", &base, tq, tk, tv, t, FA_ERR_INVALID_ARGUMENT,
+           "o dtype", "5");
   t = tq;
   t.dtype = (fa_dtype)7;
   fwd_case("q dtype 7", &base, t, tk, tv, to, FA_ERR_INVALID_ARGUMENT, "dtype",
