@@ -26,4 +26,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 grep -q "cpu-neon" <(ctest --test-dir "$build" -N) ||
   { echo "ci-arm64: no cpu-neon tests were built" >&2; exit 1; }
-ctest --test-dir "$build" --output-on-failure -j2 -L 'unit|cpu-neon|api'
+# -E longrow: 2^27-key rows take minutes under emulation; the long-row fold
+# is the same kernel-body code on every ISA and runs natively in the x86
+# trees (api.hostile.longrow, stress.longrow).
+ctest --test-dir "$build" --output-on-failure -j2 -L 'unit|cpu-neon|api' \
+  -E longrow
