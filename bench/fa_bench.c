@@ -131,8 +131,7 @@ static int parse_list(const char *s, int *out, int *n) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || v < 1 || v > INT_MAX || *n == SWEEP_MAX)
-      return -1;
+    if (errno || end == s || v < 1 || v > INT_MAX || *n == SWEEP_MAX) return -1;
     out[(*n)++] = (int)v;
     if (*end == '\0') return 0;
     if (*end != ',') return -1;
@@ -216,11 +215,13 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(name, "--sweep-s")) {
       if (parse_list(val, o->sweep_s, &o->n_sweep_s))
         return fail_usage("--sweep-s %s: expected up to %d integers >= 1, "
-                          "comma-separated", val, SWEEP_MAX);
+                          "comma-separated",
+                          val, SWEEP_MAX);
     } else if (!strcmp(name, "--sweep-d")) {
       if (parse_list(val, o->sweep_d, &o->n_sweep_d))
         return fail_usage("--sweep-d %s: expected up to %d integers >= 1, "
-                          "comma-separated", val, SWEEP_MAX);
+                          "comma-separated",
+                          val, SWEEP_MAX);
     } else if (!strcmp(name, "--backend")) {
       o->backend = val;
     } else if (!strcmp(name, "-b")) {
@@ -738,7 +739,7 @@ static int bench(run *r) {
   if (s) return lib_error("allocating the tensors", s);
   // The plan is made for these tensors' layout (dispatch decides once).
   if ((s = fa_plan_create(r->ctx, a, r->q.t, r->k.t, r->v.t, r->o.t,
-                           &r->plan)) != FA_OK) {
+                          &r->plan)) != FA_OK) {
     lib_error("planning", s);
     size_t n = fa_explain(a, o->dtype, NULL, 0);
     char *why = malloc(n + 1);
@@ -758,7 +759,6 @@ static int bench(run *r) {
   describe_field(plan, "kernel=", kernel, sizeof kernel);
   if (!backend[0])
     snprintf(backend, sizeof backend, "%s", fa_context_backend(r->ctx));
-
 
   double flops = forward_flops(r);
   timing fwd, bwd;

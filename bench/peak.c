@@ -215,8 +215,8 @@ int main(int argc, char **argv) {
       printf("%s{\"name\": \"%s\", \"gflops_1\": %.1f, \"gflops_all\": %.1f}",
              first ? "" : ", ", probes[i].name, one * 1e-9, all * 1e-9);
     else
-      printf("%-20s  %8.1f GFLOP/s on 1 thread, %8.1f on %d\n",
-             probes[i].name, one * 1e-9, all * 1e-9, threads);
+      printf("%-20s  %8.1f GFLOP/s on 1 thread, %8.1f on %d\n", probes[i].name,
+             one * 1e-9, all * 1e-9, threads);
     first = 0;
   }
   double bw = read_bandwidth(threads, (size_t)1 << 30);

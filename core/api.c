@@ -71,7 +71,7 @@ static int tensor_align(const fa_tensor *t) {
 }
 
 static void layout_finish(fa_layout *l) {
-  const fa_tensor *ts[8] = {&l->q, &l->k,  &l->v,  &l->o,
+  const fa_tensor *ts[8] = {&l->q,   &l->k,  &l->v,  &l->o,
                             &l->d_o, &l->dq, &l->dk, &l->dv};
   int a = FA_LAYOUT_MAX_ALIGN;
   for (int i = 0; i < 8; i++) {
@@ -101,14 +101,12 @@ static fa_status layout_match(const char *name, const fa_tensor *call,
                      name, axis[i], (long long)cs[i], (long long)ps[i]);
   if (!call->descale != !plan->descale ||
       call->descale_per_head != plan->descale_per_head)
-    return fa_fail(INVALID,
-                   "%s.descale (%s) differs from the plan's (%s)", name,
-                   call->descale ? call->descale_per_head ? "per head"
-                                                          : "one value"
-                                 : "none",
-                   plan->descale ? plan->descale_per_head ? "per head"
-                                                          : "one value"
-                                 : "none");
+    return fa_fail(
+        INVALID, "%s.descale (%s) differs from the plan's (%s)", name,
+        call->descale ? call->descale_per_head ? "per head" : "one value"
+                      : "none",
+        plan->descale ? plan->descale_per_head ? "per head" : "one value"
+                      : "none");
   if (call->data && tensor_align(call) < align)
     return fa_fail(INVALID,
                    "%s.data=%p is aligned to %d bytes, less than the %d the "
@@ -120,10 +118,10 @@ static fa_status layout_match(const char *name, const fa_tensor *call,
 static fa_status layout_matches(const struct fa_plan *p, const fa_layout *c) {
   // (do, as the problem checks call it)
   static const char *names[8] = {"q", "k", "v", "o", "do", "dq", "dk", "dv"};
-  const fa_tensor *call[8] = {&c->q, &c->k, &c->v, &c->o,
+  const fa_tensor *call[8] = {&c->q,   &c->k,  &c->v,  &c->o,
                               &c->d_o, &c->dq, &c->dk, &c->dv};
   const fa_layout *l = &p->layout;
-  const fa_tensor *plan[8] = {&l->q, &l->k, &l->v, &l->o,
+  const fa_tensor *plan[8] = {&l->q,   &l->k,  &l->v,  &l->o,
                               &l->d_o, &l->dq, &l->dk, &l->dv};
   const int n = l->op == FA_OP_BACKWARD ? 8 : 4;
   for (int i = 0; i < n; i++) {
@@ -142,9 +140,9 @@ static fa_status layout_matches(const struct fa_plan *p, const fa_layout *c) {
    access inside the tensors. */
 
 typedef struct host_view {
-  fa_problem prob;        // the problem with host-readable arrays
-  fa_tensor q, k, v;      // the inputs with host-readable descales
-  void *mem;              // host copies (NULL in host memory); free() it
+  fa_problem prob;   // the problem with host-readable arrays
+  fa_tensor q, k, v; // the inputs with host-readable descales
+  void *mem;         // host copies (NULL in host memory); free() it
 } host_view;
 
 static int checking(const fa_context *ctx) {
@@ -183,7 +181,7 @@ static fa_status host_copies(const struct fa_plan *p, host_view *h) {
   for (int i = 0; i < 3; i++) {
     fa_tensor *t = (fa_tensor *)in[i];
     f[6 + i].field = (const void **)&t->descale;
-    f[6 + i].n = !t->descale ? 0
+    f[6 + i].n = !t->descale           ? 0
                  : t->descale_per_head ? nb * (size_t)a->heads_kv
                                        : 1;
     f[6 + i].es = 4;
@@ -266,8 +264,8 @@ static fa_status plan_build(fa_context *ctx, const fa_attention *a,
   p->slot = 0;
   p->layout = *layout;
   p->prob.dtype_out = layout->o.dtype;
-  p->prob.descaled = layout->q.descale || layout->k.descale ||
-                     layout->v.descale;
+  p->prob.descaled =
+      layout->q.descale || layout->k.descale || layout->v.descale;
   // Tensors first (with the array checks they need), so that a kernel's
   // admission sees only valid layouts. The plan's LSE is not known yet:
   // each run checks it.
@@ -296,10 +294,10 @@ static fa_status empty_backward_sinks(const struct fa_plan *p) {
   float *zeros = calloc((size_t)a->heads_q, sizeof(float));
   if (!zeros)
     return fa_fail(FA_ERR_OUT_OF_MEMORY, "dsinks of an empty problem: out "
-                   "of memory");
-  fa_status s = plan_backend(p)->copy_to_device(
-      p->ctx->state[p->slot], a->dsinks, zeros,
-      (size_t)a->heads_q * sizeof(float));
+                                         "of memory");
+  fa_status s =
+      plan_backend(p)->copy_to_device(p->ctx->state[p->slot], a->dsinks, zeros,
+                                      (size_t)a->heads_q * sizeof(float));
   free(zeros);
   return s;
 }
@@ -320,15 +318,15 @@ static fa_status plan_run(struct fa_plan *p, const fa_layout *call,
       (s = check_tensors(p, call,
                          call->op == FA_OP_BACKWARD ? lse_in : lse_out)))
     return s;
-  if (no_rows && (call->op == FA_OP_FORWARD || a->batch == 0 ||
-                  a->seqlen_k == 0))
+  if (no_rows &&
+      (call->op == FA_OP_FORWARD || a->batch == 0 || a->seqlen_k == 0))
     return empty_backward_sinks(p);
   void *state = p->ctx->state[p->slot];
   last_kernel_run = p->kernel; // the one entry point called below
   if (call->op == FA_OP_BACKWARD) {
-    fa_bwd_args args = {call->q,  call->k,  call->v,  call->o,
-                        call->d_o, lse_in,  call->dq, call->dk,
-                        call->dv, p->prob.a.dsinks};
+    fa_bwd_args args = {call->q,   call->k,         call->v,  call->o,
+                        call->d_o, lse_in,          call->dq, call->dk,
+                        call->dv,  p->prob.a.dsinks};
     return p->kernel->backward(state, &p->prob, &p->data, &args);
   }
   fa_fwd_args args = {call->q, call->k, call->v, call->o, lse_out};
@@ -518,8 +516,8 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
                         : "AUTO uses another memory space (create the context "
                           "by name to use it)");
       } else if (taken || kr != best) {
-        text_add(&t, "%s %s: supports it, but %s is taken\n", b->name,
-                 kr->name, taken ? "a better backend's kernel" : best->name);
+        text_add(&t, "%s %s: supports it, but %s is taken\n", b->name, kr->name,
+                 taken ? "a better backend's kernel" : best->name);
       } else {
         fa_plan_data d;
         char tiles[384];

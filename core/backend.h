@@ -130,8 +130,8 @@ fa_status fa_host_copy(void *state, void *dst, const void *src, size_t bytes);
 fa_status fa_host_synchronize(void *state);
 fa_status fa_host_merge_states(void *state, int n, const fa_tensor *o_parts,
                                const float *const *lse_parts, int batch,
-                               int seqlen, int heads, int head_dim,
-                               fa_tensor o, float *lse);
+                               int seqlen, int heads, int head_dim, fa_tensor o,
+                               float *lse);
 
 /* ---- loadable modules (GPU backends) --------------------------------------
    A module is a shared library (libflashattn-cuda.so, ...) that the core

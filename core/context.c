@@ -45,8 +45,7 @@ static fa_status split_device(const char *full, char *name, size_t len,
   const char *colon = strrchr(full, ':');
   *device = 0;
   size_t n = colon ? (size_t)(colon - full) : strlen(full);
-  if (n >= len)
-    return fa_fail(INVALID, "name \"%s\" is too long", full);
+  if (n >= len) return fa_fail(INVALID, "name \"%s\" is too long", full);
   memcpy(name, full, n);
   name[n] = '\0';
   if (!colon) return FA_OK;
@@ -55,7 +54,8 @@ static fa_status split_device(const char *full, char *name, size_t len,
   if (end == colon + 1 || *end || d < 0 || d > 1 << 20)
     return fa_fail(INVALID,
                    "name \"%s\": the device after ':' must be a number "
-                   ">= 0", full);
+                   ">= 0",
+                   full);
   *device = (int)d;
   return FA_OK;
 }
@@ -88,8 +88,8 @@ fa_status fa_context_create_by_name(fa_context **ctx, const char *full) {
     return fa_fail(FA_ERR_NO_DEVICE, "backend \"%s\" is not usable here: %s",
                    name, e->why);
   if (e->backend->memory_space == FA_MEMORY_HOST && device != 0)
-    return fa_fail(FA_ERR_NO_DEVICE,
-                   "\"%s\": CPU backends have only device 0", full);
+    return fa_fail(FA_ERR_NO_DEVICE, "\"%s\": CPU backends have only device 0",
+                   full);
   if (fa_log_dispatch())
     fa_log("context bound to %s %s by name (device %d)",
            kernel ? "kernel" : "backend", name, device);
@@ -135,8 +135,7 @@ fa_status fa_context_set_stream(fa_context *ctx, void *stream) {
 fa_status fa_context_set_checked(fa_context *ctx, int on) {
   fa_clear_error();
   if (!ctx) return fa_fail(INVALID, "ctx is NULL");
-  if (on != 0 && on != 1)
-    return fa_fail(INVALID, "on=%d must be 0 or 1", on);
+  if (on != 0 && on != 1) return fa_fail(INVALID, "on=%d must be 0 or 1", on);
   ctx->checked = on;
   return FA_OK;
 }
@@ -144,12 +143,13 @@ fa_status fa_context_set_checked(fa_context *ctx, int on) {
 fa_status fa_context_set_threads(fa_context *ctx, int n) {
   fa_clear_error();
   if (!ctx) return fa_fail(INVALID, "ctx is NULL");
-  if (n < 0) return fa_fail(INVALID, "n=%d threads must be >= 0 (0 = default)", n);
+  if (n < 0)
+    return fa_fail(INVALID, "n=%d threads must be >= 0 (0 = default)", n);
   for (int i = 0; i < ctx->n; i++) {
     const fa_backend *b = fa_registry_at(ctx->idx[i])->backend;
     if (!b->set_threads)
-      return fa_fail(FA_ERR_UNSUPPORTED,
-                     "backend %s does not use host threads", b->name);
+      return fa_fail(FA_ERR_UNSUPPORTED, "backend %s does not use host threads",
+                     b->name);
     fa_status s = b->set_threads(ctx->state[i], n);
     if (s) return s;
   }

@@ -54,7 +54,7 @@ static inline uint16_t fa_f32_to_f16(float f) {
   uint32_t u = fa_f32_bits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); // NaN stays NaN
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  // NaN stays NaN
   if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // rounds to inf
   if (a < 0x38800000u) {
     // Result is subnormal or zero: round a * 2^24 to an integer (RNE).

@@ -20,12 +20,18 @@ const char *fa_last_error(void) { return fa_error_message; }
 
 const char *fa_status_string(fa_status s) {
   switch (s) {
-  case FA_OK: return "ok";
-  case FA_ERR_INVALID_ARGUMENT: return "invalid argument";
-  case FA_ERR_UNSUPPORTED: return "unsupported";
-  case FA_ERR_NO_DEVICE: return "no device";
-  case FA_ERR_OUT_OF_MEMORY: return "out of memory";
-  case FA_ERR_BACKEND: return "backend error";
+  case FA_OK:
+    return "ok";
+  case FA_ERR_INVALID_ARGUMENT:
+    return "invalid argument";
+  case FA_ERR_UNSUPPORTED:
+    return "unsupported";
+  case FA_ERR_NO_DEVICE:
+    return "no device";
+  case FA_ERR_OUT_OF_MEMORY:
+    return "out of memory";
+  case FA_ERR_BACKEND:
+    return "backend error";
   }
   return "unknown status";
 }

@@ -18,11 +18,15 @@
 /* A [batch, seq, heads, dim] tensor as a party of the overlap check. */
 static fa_party tensor_party(const char *name, int index, const fa_tensor *t,
                              const int64_t n[4], int output) {
-  fa_party x = {name, index,
-                {(uintptr_t)t->data, (int64_t)fa_dtype_size(t->dtype), 4,
+  fa_party x = {name,
+                index,
+                {(uintptr_t)t->data,
+                 (int64_t)fa_dtype_size(t->dtype),
+                 4,
                  {n[0], n[1], n[2], n[3]},
                  {t->stride_batch, t->stride_seq, t->stride_head, 1}},
-                output, 1};
+                output,
+                1};
   return x;
 }
 
@@ -56,9 +60,8 @@ static fa_status check_merge_overlaps(int n, const fa_tensor *o_parts,
 }
 
 fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
-                          const float *const *lse_parts, int batch,
-                          int seqlen, int heads, int head_dim, fa_tensor o,
-                          float *lse) {
+                          const float *const *lse_parts, int batch, int seqlen,
+                          int heads, int head_dim, fa_tensor o, float *lse) {
   fa_clear_error();
   if (!ctx) return fa_fail(INVALID, "ctx is NULL");
   if (n < 1 || n > FA_MERGE_MAX_PARTS)
@@ -82,8 +85,7 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
   }
   fa_status s = fa_tensor_check("o", &o, ext, 1);
   if (s) return s;
-  if ((s = check_merge_overlaps(n, o_parts, lse_parts, ext, &o, lse)))
-    return s;
+  if ((s = check_merge_overlaps(n, o_parts, lse_parts, ext, &o, lse))) return s;
   const fa_backend *b = fa_registry_at(ctx->idx[0])->backend;
   return b->merge_states(ctx->state[0], n, o_parts, lse_parts, batch, seqlen,
                          heads, head_dim, o, lse);
@@ -91,8 +93,8 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *o_parts,
 
 fa_status fa_host_merge_states(void *state, int n, const fa_tensor *o_parts,
                                const float *const *lse_parts, int batch,
-                               int seqlen, int heads, int head_dim,
-                               fa_tensor o, float *lse) {
+                               int seqlen, int heads, int head_dim, fa_tensor o,
+                               float *lse) {
   float *w = malloc(sizeof(float) * (size_t)n);
   if (!w) return fa_fail(FA_ERR_OUT_OF_MEMORY, "merge weights: out of memory");
   float *part_lse = malloc(sizeof(float) * (size_t)n);
@@ -115,8 +117,8 @@ fa_status fa_host_merge_states(void *state, int n, const fa_tensor *o_parts,
                           h * t->stride_head + d;
             acc += w[p] * fa_load(t->data, t->dtype, off);
           }
-          int64_t off = b * o.stride_batch + i * o.stride_seq +
-                        h * o.stride_head + d;
+          int64_t off =
+              b * o.stride_batch + i * o.stride_seq + h * o.stride_head + d;
           fa_store(o.data, o.dtype, off, acc);
         }
         if (lse) lse[li] = out_lse;

@@ -55,7 +55,8 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
     // heads, which fa_explain accepts, from a 2^31-step search.)
     for (int g = p->group < caps->max_block_q ? p->group : caps->max_block_q;
          g > 1 && pack == 1; g--)
-      if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q) pack = g;
+      if (p->group % g == 0 && round_up(g, align) <= caps->max_block_q)
+        pack = g;
   const int kv_tiles = pack > p->group ? pack / p->group : 1;
 
   // B_c: the K and V tiles (fp32 working copies, one per kv head of the
@@ -117,8 +118,7 @@ void fa_plan_compute(const fa_problem *p, const fa_caps *caps,
   const int64_t shift = fa_plan_shift(p);
   for (int qb = 0; qb < out->num_q_blocks; qb++) {
     int kb0, kb1;
-    fa_plan_kv_blocks(p, out, shift, a->seqlen_q, a->seqlen_k, qb, &kb0,
-                      &kb1);
+    fa_plan_kv_blocks(p, out, shift, a->seqlen_q, a->seqlen_k, qb, &kb0, &kb1);
     if (kb1 > kb0) visited += kb1 - kb0;
   }
   out->blocks_visited = mul_sat(mul_sat(visited, a->batch), a->heads_q);
@@ -157,8 +157,8 @@ void fa_plan_split_range(int begin, int end, int num_splits, int split,
   *s_end = start + base + (split < extra ? 1 : 0);
 }
 
-void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,
-                       int64_t w, int *b, int *h, int *qb, int *split) {
+void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan, int64_t w,
+                       int *b, int *h, int *qb, int *split) {
   const int units = p->a.heads_q / plan->pack_group;
   int64_t bh_count = (int64_t)p->a.batch * units;
   *split = (int)(w % plan->num_splits);
@@ -179,18 +179,17 @@ size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {
           ? 100.0 * (double)(plan->blocks_total - plan->blocks_visited) /
                 (double)plan->blocks_total
           : 0.0;
-  int n = snprintf(buf, len,
-                   "block_q=%d (%d rows x %d heads) block_k=%d "
-                   "head_dim_pad=%d head_dim_v_pad=%d "
-                   "q_blocks=%d k_blocks=%d kv_splits=%d work_items=%lld "
-                   "blocks_visited=%lld/%lld (%.1f%% skipped) "
-                   "workspace=%zu",
-                   plan->block_q, plan->block_rows, plan->pack_group,
-                   plan->block_k, plan->head_dim_pad,
-                   plan->head_dim_v_pad, plan->num_q_blocks,
-                   plan->num_k_blocks, plan->num_splits,
-                   (long long)plan->num_work, (long long)plan->blocks_visited,
-                   (long long)plan->blocks_total, skipped,
-                   plan->workspace_bytes);
+  int n =
+      snprintf(buf, len,
+               "block_q=%d (%d rows x %d heads) block_k=%d "
+               "head_dim_pad=%d head_dim_v_pad=%d "
+               "q_blocks=%d k_blocks=%d kv_splits=%d work_items=%lld "
+               "blocks_visited=%lld/%lld (%.1f%% skipped) "
+               "workspace=%zu",
+               plan->block_q, plan->block_rows, plan->pack_group, plan->block_k,
+               plan->head_dim_pad, plan->head_dim_v_pad, plan->num_q_blocks,
+               plan->num_k_blocks, plan->num_splits, (long long)plan->num_work,
+               (long long)plan->blocks_visited, (long long)plan->blocks_total,
+               skipped, plan->workspace_bytes);
   return n < 0 ? 0 : (size_t)n;
 }

@@ -26,21 +26,21 @@ typedef struct fa_caps {
 } fa_caps;
 
 typedef struct fa_plan_data {
-  int block_q, block_k;          // B_r (query lanes of a tile), B_c
-  int pack_group;                // q heads per tile (GQA packing), else 1
-  int block_rows;                // query rows per tile: block_q / pack_group
-  int kv_heads_per_tile;         // kv heads a tile spans (> 1: all heads)
+  int block_q, block_k;             // B_r (query lanes of a tile), B_c
+  int pack_group;                   // q heads per tile (GQA packing), else 1
+  int block_rows;                   // query rows per tile: block_q / pack_group
+  int kv_heads_per_tile;            // kv heads a tile spans (> 1: all heads)
   int head_dim_pad, head_dim_v_pad; // dims rounded up to tile_align
   int num_q_blocks, num_k_blocks;   // per (batch, head) at the max lengths
-  int num_splits;                // kv splits per q block (split-KV)
-  int64_t num_work;              // work items: batch * (heads_q /
-                                 // pack_group) * q_blocks * splits
-  int64_t blocks_total;          // (q block, k block) pairs without skipping
-  int64_t blocks_visited;        // pairs visited after causal/window skipping
-                                 // (= blocks_total past 2^20 q blocks)
-                                 // (at the max lengths; varlen varies)
-  size_t workspace_bytes;        // scratch the kernel uses per call (the
-                                 // context's workspace grows to it once)
+  int num_splits;                   // kv splits per q block (split-KV)
+  int64_t num_work;                 // work items: batch * (heads_q /
+                                    // pack_group) * q_blocks * splits
+  int64_t blocks_total;             // (q block, k block) pairs without skipping
+  int64_t blocks_visited; // pairs visited after causal/window skipping
+                          // (= blocks_total past 2^20 q blocks)
+                          // (at the max lengths; varlen varies)
+  size_t workspace_bytes; // scratch the kernel uses per call (the
+                          // context's workspace grows to it once)
 } fa_plan_data;
 
 /* Fill *out for problem p on hardware caps. Never fails. */
@@ -68,8 +68,8 @@ void fa_plan_split_range(int begin, int end, int num_splits, int split,
    GQA packing, head is the first of the pack_group heads of the item. The
    order puts splits innermost and, for causal problems, q blocks longest
    first, so dynamic scheduling ends with the short items. */
-void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan,
-                       int64_t w, int *b, int *h, int *qb, int *split);
+void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan, int64_t w,
+                       int *b, int *h, int *qb, int *split);
 
 /* Human-readable one-line summary, snprintf-style. */
 size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len);

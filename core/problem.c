@@ -147,11 +147,15 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
     return fa_fail(INVALID, "dsinks is set but sinks is NULL (there is no "
                             "sink to differentiate)");
   if (a->rows_q < 0 || (a->rows_q && !a->cu_seqlens_q))
-    return fa_fail(INVALID, "rows_q=%lld must be 0, or >= 0 with "
-                   "cu_seqlens_q", (long long)a->rows_q);
+    return fa_fail(INVALID,
+                   "rows_q=%lld must be 0, or >= 0 with "
+                   "cu_seqlens_q",
+                   (long long)a->rows_q);
   if (a->rows_k < 0 || (a->rows_k && !a->cu_seqlens_k))
-    return fa_fail(INVALID, "rows_k=%lld must be 0, or >= 0 with "
-                   "cu_seqlens_k", (long long)a->rows_k);
+    return fa_fail(INVALID,
+                   "rows_k=%lld must be 0, or >= 0 with "
+                   "cu_seqlens_k",
+                   (long long)a->rows_k);
 
   memset(p, 0, sizeof *p);
   p->a = *a;
@@ -173,30 +177,25 @@ fa_status fa_problem_init(fa_problem *p, const fa_attention *in,
 
 static fa_status check_cu_seqlens(const int32_t *cu, int batch, int max_len,
                                   const char *name, const char *max_name) {
-  if (cu[0] < 0)
-    return fa_fail(INVALID, "%s[0]=%d must be >= 0", name, cu[0]);
+  if (cu[0] < 0) return fa_fail(INVALID, "%s[0]=%d must be >= 0", name, cu[0]);
   for (int b = 0; b < batch; b++) {
     int64_t len = (int64_t)cu[b + 1] - cu[b];
     if (len < 0)
-      return fa_fail(INVALID,
-                     "%s is not monotonic: %s[%d]=%d < %s[%d]=%d", name, name,
-                     b + 1, cu[b + 1], name, b, cu[b]);
+      return fa_fail(INVALID, "%s is not monotonic: %s[%d]=%d < %s[%d]=%d",
+                     name, name, b + 1, cu[b + 1], name, b, cu[b]);
     if (len > max_len)
-      return fa_fail(INVALID,
-                     "%s: sequence %d has length %lld > %s=%d", name, b,
-                     (long long)len, max_name, max_len);
+      return fa_fail(INVALID, "%s: sequence %d has length %lld > %s=%d", name,
+                     b, (long long)len, max_name, max_len);
   }
   return FA_OK;
 }
 
-static fa_status check_position_array(const int64_t *x, int64_t base,
-                                     int batch, const char *name,
-                                     const char *base_name) {
+static fa_status check_position_array(const int64_t *x, int64_t base, int batch,
+                                      const char *name, const char *base_name) {
   for (int b = 0; x && b < batch; b++)
     if (!position_ok(x[b]) || !position_ok(base + x[b]))
-      return fa_fail(INVALID,
-                     "%s[%d]=%lld: |%s + %s[%d]| must be < 2^40", name, b,
-                     (long long)x[b], base_name, name, b);
+      return fa_fail(INVALID, "%s[%d]=%lld: |%s + %s[%d]| must be < 2^40", name,
+                     b, (long long)x[b], base_name, name, b);
   return FA_OK;
 }
 
@@ -210,19 +209,17 @@ fa_status fa_problem_check_arrays(const fa_problem *p) {
     return s;
   if (a->rows_q && p->varlen_q && a->rows_q != a->cu_seqlens_q[a->batch])
     return fa_fail(INVALID, "rows_q=%lld differs from cu_seqlens_q[%d]=%d",
-                   (long long)a->rows_q, a->batch,
-                   a->cu_seqlens_q[a->batch]);
+                   (long long)a->rows_q, a->batch, a->cu_seqlens_q[a->batch]);
   if (a->rows_k && p->varlen_k && a->rows_k != a->cu_seqlens_k[a->batch])
     return fa_fail(INVALID, "rows_k=%lld differs from cu_seqlens_k[%d]=%d",
-                   (long long)a->rows_k, a->batch,
-                   a->cu_seqlens_k[a->batch]);
-  if (p->varlen_q && (s = check_cu_seqlens(a->cu_seqlens_q, a->batch,
-                                           a->seqlen_q, "cu_seqlens_q",
-                                           "seqlen_q")))
+                   (long long)a->rows_k, a->batch, a->cu_seqlens_k[a->batch]);
+  if (p->varlen_q &&
+      (s = check_cu_seqlens(a->cu_seqlens_q, a->batch, a->seqlen_q,
+                            "cu_seqlens_q", "seqlen_q")))
     return s;
-  if (p->varlen_k && (s = check_cu_seqlens(a->cu_seqlens_k, a->batch,
-                                           a->seqlen_k, "cu_seqlens_k",
-                                           "seqlen_k")))
+  if (p->varlen_k &&
+      (s = check_cu_seqlens(a->cu_seqlens_k, a->batch, a->seqlen_k,
+                            "cu_seqlens_k", "seqlen_k")))
     return s;
   if (!a->seqused_k && !p->paged) return FA_OK; // nothing per sequence
   for (int b = 0; b < a->batch; b++) {
@@ -255,7 +252,9 @@ typedef struct view {
 
 static view q_view(const fa_problem *p, const char *name, const fa_tensor *t,
                    int dim) {
-  view v = {name, t, {p->a.batch, p->a.seqlen_q, p->a.heads_q, dim},
+  view v = {name,
+            t,
+            {p->a.batch, p->a.seqlen_q, p->a.heads_q, dim},
             {t->stride_batch, t->stride_seq, t->stride_head, 1}};
   if (p->varlen_q) {
     v.n[0] = 1;
@@ -266,7 +265,9 @@ static view q_view(const fa_problem *p, const char *name, const fa_tensor *t,
 
 static view k_view(const fa_problem *p, const char *name, const fa_tensor *t,
                    int dim) {
-  view v = {name, t, {p->a.batch, p->a.seqlen_k, p->a.heads_kv, dim},
+  view v = {name,
+            t,
+            {p->a.batch, p->a.seqlen_k, p->a.heads_kv, dim},
             {t->stride_batch, t->stride_seq, t->stride_head, 1}};
   if (p->paged) {
     v.n[0] = p->a.num_pages;
@@ -300,16 +301,18 @@ static fa_status check_strides(const view *v) {
   // access on every backend.
   const size_t es = fa_dtype_size(v->t->dtype);
   if ((uintptr_t)v->t->data % es)
-    return fa_fail(INVALID, "%s.data=%p is not aligned to its %zu-byte "
-                   "elements", v->name, v->t->data, es);
+    return fa_fail(INVALID,
+                   "%s.data=%p is not aligned to its %zu-byte "
+                   "elements",
+                   v->name, v->t->data, es);
   for (int i = 0; i < 3; i++)
     if (v->s[i] < 0)
       return fa_fail(INVALID, "%s.%s=%lld must be >= 0", v->name, axis[i],
                      (long long)v->s[i]);
   for (int i = 0; i < 4; i++)
     if (v->n[i] < 0)
-      return fa_fail(INVALID, "%s: extent %lld of axis %d is negative",
-                     v->name, (long long)v->n[i], i);
+      return fa_fail(INVALID, "%s: extent %lld of axis %d is negative", v->name,
+                     (long long)v->n[i], i);
   int64_t span = view_span(v);
   if (span < 0 || (uint64_t)span >= (uint64_t)INT64_MAX / 8)
     return fa_fail(INVALID, "%s: strides overflow a 64-bit offset", v->name);
@@ -356,7 +359,9 @@ fa_status fa_tensor_check(const char *name, const fa_tensor *t,
                    "%s.dtype=%s: outputs are not FP8 (use f32, f16 "
                    "or bf16)",
                    name, fa_dtype_name(t->dtype));
-  view v = {name, t, {n[0], n[1], n[2], n[3]},
+  view v = {name,
+            t,
+            {n[0], n[1], n[2], n[3]},
             {t->stride_batch, t->stride_seq, t->stride_head, 1}};
   fa_status s = check_strides(&v);
   if (!s && is_output) s = check_no_self_overlap(&v);
@@ -384,14 +389,17 @@ static fa_status check_view(const fa_problem *p, const view *v, int varlen,
                    "f16 or bf16)",
                    v->name, fa_dtype_name(v->t->dtype));
   if (v->t->data && v->t->dtype != want)
-    return fa_fail(INVALID, "%s.dtype=%s does not match the problem's %s "
+    return fa_fail(INVALID,
+                   "%s.dtype=%s does not match the problem's %s "
                    "dtype %s",
                    v->name, fa_dtype_name(v->t->dtype),
                    group == VIEW_INPUT ? "input" : "output",
                    fa_dtype_name(want));
   if (group != VIEW_INPUT && v->t->descale)
-    return fa_fail(INVALID, "%s.descale is set: only the inputs q, k, v "
-                   "take descales", v->name);
+    return fa_fail(INVALID,
+                   "%s.descale is set: only the inputs q, k, v "
+                   "take descales",
+                   v->name);
   fa_status s = fa_tensor_check_descale_flags(v->name, v->t);
   if (s) return s;
   s = check_strides(v);
@@ -420,14 +428,12 @@ fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
   static const char *names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     if (!ts[i] || !ts[i]->descale) continue;
-    int64_t n = ts[i]->descale_per_head
-                    ? (int64_t)p->a.batch * p->a.heads_kv
-                    : 1;
+    int64_t n =
+        ts[i]->descale_per_head ? (int64_t)p->a.batch * p->a.heads_kv : 1;
     for (int64_t j = 0; j < n; j++) {
       float x = ts[i]->descale[j];
       if (!(x > 0.0f) || !isfinite(x))
-        return fa_fail(INVALID,
-                       "%s.descale[%lld]=%g must be finite and > 0",
+        return fa_fail(INVALID, "%s.descale[%lld]=%g must be finite and > 0",
                        names[i], (long long)j, (double)x);
     }
   }
@@ -438,11 +444,15 @@ fa_status fa_problem_check_descales(const fa_problem *p, const fa_tensor *q,
    own arrays and the inputs' descales. Each array is one line; a NULL
    pointer is absent. */
 static fa_party tensor_party(const view *v, int output) {
-  fa_party x = {v->name, -1,
-                {(uintptr_t)v->t->data, (int64_t)fa_dtype_size(v->t->dtype), 4,
+  fa_party x = {v->name,
+                -1,
+                {(uintptr_t)v->t->data,
+                 (int64_t)fa_dtype_size(v->t->dtype),
+                 4,
                  {v->n[0], v->n[1], v->n[2], v->n[3]},
                  {v->s[0], v->s[1], v->s[2], v->s[3]}},
-                output, 0};
+                output,
+                0};
   return x;
 }
 
@@ -532,8 +542,7 @@ fa_status fa_problem_check_backward(const fa_problem *p, const fa_tensor *q,
                                     const float *lse, const fa_tensor *dq,
                                     const fa_tensor *dk, const fa_tensor *dv) {
   const fa_attention *a = &p->a;
-  int dh = a->head_dim, dvd = a->head_dim_v, vq = p->varlen_q,
-      vk = p->varlen_k;
+  int dh = a->head_dim, dvd = a->head_dim_v, vq = p->varlen_q, vk = p->varlen_k;
   view in[5] = {q_view(p, "q", q, dh), k_view(p, "k", k, dh),
                 k_view(p, "v", v, dvd), q_view(p, "o", o, dvd),
                 q_view(p, "do", d_o, dvd)};

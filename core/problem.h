@@ -11,17 +11,17 @@
 #include "flashattn.h"
 
 typedef struct fa_problem {
-  fa_attention a;  // the caller's problem, defaults resolved:
-                   // head_dim_v != 0, scale != 0, causal folded into
-                   // window_right (0) so masks are one window test.
+  fa_attention a;     // the caller's problem, defaults resolved:
+                      // head_dim_v != 0, scale != 0, causal folded into
+                      // window_right (0) so masks are one window test.
   fa_dtype dtype;     // input dtype (q, k, v)
   fa_dtype dtype_out; // output dtype (o, do, dq, dk, dv); the input dtype
                       // until a layout says otherwise
-  int top_left;    // aligned positions: diagonal offset 0 instead of sk - sq
+  int top_left;       // aligned positions: diagonal offset 0 instead of sk - sq
   int explicit_positions; // positions == FA_POSITIONS_EXPLICIT
-  int descaled;    // some input tensor of the layout has a descale
+  int descaled;           // some input tensor of the layout has a descale
   int varlen_q, varlen_k, paged;
-  int group;       // heads_q / heads_kv
+  int group; // heads_q / heads_kv
   // Storage rows of varlen Q and K/V (cu_seqlens_q/k[batch]): the caller's
   // rows_q/rows_k, or read from host-visible cu_seqlens by the core before
   // the tensors are checked (0 when not varlen). Kernels that hand a copy

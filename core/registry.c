@@ -12,7 +12,6 @@
 #include "config.h"
 #include "dtype.h"
 
-
 static fa_registry_entry entries[FA_MAX_BACKENDS];
 static int num_entries;
 static int log_dispatch;
@@ -34,22 +33,24 @@ static void add_backend(const fa_backend *b) {
 static int log_enabled(void) { return log_dispatch; }
 
 static const fa_core_services core_services = {
-    FA_BACKEND_API_VERSION, fa_fail,           fa_log,
-    log_enabled,            fa_config_string, fa_config_int};
+    FA_BACKEND_API_VERSION, fa_fail,      fa_log, log_enabled,
+    fa_config_string,       fa_config_int};
 
 /* A module that is built but cannot load still appears in fa_explain and
    dispatch logs, as a placeholder entry saying why. */
 typedef struct module_slot {
-  const char *file;     // "libflashattn-cuda.so"
+  const char *file;       // "libflashattn-cuda.so"
   fa_backend placeholder; // name/kind/rank for the "unavailable" line
 } module_slot;
 
 static module_slot modules[] = {
 #ifdef FA_HAVE_CUDA_MODULE
-    {"libflashattn-cuda.so", {.name = "cuda", .kind = FA_BACKEND_CUDA, .rank = 100}},
+    {"libflashattn-cuda.so",
+     {.name = "cuda", .kind = FA_BACKEND_CUDA, .rank = 100}},
 #endif
 #ifdef FA_HAVE_HIP_MODULE
-    {"libflashattn-hip.so", {.name = "hip", .kind = FA_BACKEND_HIP, .rank = 100}},
+    {"libflashattn-hip.so",
+     {.name = "hip", .kind = FA_BACKEND_HIP, .rank = 100}},
 #endif
     {NULL, {0}}};
 
@@ -63,7 +64,10 @@ static void *open_module(const char *file, char *why, size_t len) {
   if (dladdr((void *)&fa_registry_size, &self) && self.dli_fname) {
     (void)snprintf(here, sizeof here, "%s", self.dli_fname);
     char *slash = strrchr(here, '/');
-    if (slash) *slash = '\0'; else here[0] = '\0';
+    if (slash)
+      *slash = '\0';
+    else
+      here[0] = '\0';
     dirs[0] = here;
   }
   for (int i = 0; i < 2; i++) {
@@ -84,7 +88,8 @@ static void load_modules(void) {
     fa_module_entry_fn entry =
         h ? (fa_module_entry_fn)dlsym(h, FA_MODULE_ENTRY) : NULL;
     int count = 0;
-    const fa_backend *const *list = entry ? entry(&core_services, &count) : NULL;
+    const fa_backend *const *list =
+        entry ? entry(&core_services, &count) : NULL;
     if (h && !entry)
       (void)snprintf(why, sizeof why, "module %s lacks %s", m->file,
                      FA_MODULE_ENTRY);
@@ -118,8 +123,9 @@ static void registry_init(void) {
   load_modules();
   // Best first: insertion sort by rank (a handful of entries).
   for (int i = 1; i < num_entries; i++)
-    for (int j = i; j > 0 && entries[j].backend->rank >
-                                  entries[j - 1].backend->rank; j--) {
+    for (int j = i;
+         j > 0 && entries[j].backend->rank > entries[j - 1].backend->rank;
+         j--) {
       fa_registry_entry t = entries[j];
       entries[j] = entries[j - 1];
       entries[j - 1] = t;
@@ -167,10 +173,14 @@ void fa_log(const char *fmt, ...) {
 
 static const char *kind_name(fa_backend_kind k) {
   switch (k) {
-  case FA_BACKEND_AUTO: return "auto";
-  case FA_BACKEND_CPU: return "cpu";
-  case FA_BACKEND_CUDA: return "cuda";
-  case FA_BACKEND_HIP: return "hip";
+  case FA_BACKEND_AUTO:
+    return "auto";
+  case FA_BACKEND_CPU:
+    return "cpu";
+  case FA_BACKEND_CUDA:
+    return "cuda";
+  case FA_BACKEND_HIP:
+    return "hip";
   }
   return "?";
 }
@@ -195,7 +205,8 @@ static fa_status select_forced(const char *name, const char *source, int *idx,
     char known[512] = "";
     for (int j = 0; j < num_entries; j++) {
       strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
-      strncat(known, entries[j].backend->name, sizeof known - strlen(known) - 1);
+      strncat(known, entries[j].backend->name,
+              sizeof known - strlen(known) - 1);
     }
     return fa_fail(FA_ERR_NO_DEVICE,
                    "%s names backend \"%s\", which is not compiled in "
@@ -219,15 +230,15 @@ static fa_status check_device(int memory_space, int device) {
   return FA_OK;
 }
 
-fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
-                             int *n, int *forced) {
+fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
+                             int *forced) {
   ensure_init();
   *n = 0;
   *forced = 0;
   if (kind != FA_BACKEND_AUTO && kind != FA_BACKEND_CPU &&
       kind != FA_BACKEND_CUDA && kind != FA_BACKEND_HIP)
-    return fa_fail(FA_ERR_INVALID_ARGUMENT,
-                   "kind=%d is not a fa_backend_kind", (int)kind);
+    return fa_fail(FA_ERR_INVALID_ARGUMENT, "kind=%d is not a fa_backend_kind",
+                   (int)kind);
   if (device < 0)
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "device=%d must be >= 0", device);
 
@@ -236,9 +247,9 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
     int i = fa_registry_find(env);
     if (kind == FA_BACKEND_AUTO || i < 0 || entries[i].backend->kind == kind) {
       *forced = 1;
-      fa_status s =
-          select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
-      return s ? s : check_device(entries[idx[0]].backend->memory_space, device);
+      fa_status s = select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
+      return s ? s
+               : check_device(entries[idx[0]].backend->memory_space, device);
     }
     if (log_dispatch)
       fa_log("%s=%s ignored: the context asks for kind %s",

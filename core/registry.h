@@ -12,8 +12,8 @@
 
 typedef struct fa_registry_entry {
   const fa_backend *backend;
-  int usable;     // probe said yes
-  char why[192];  // probe's reason when not usable
+  int usable;    // probe said yes
+  char why[192]; // probe's reason when not usable
 } fa_registry_entry;
 
 /* All compiled-in backends, best ranked first. */
@@ -29,17 +29,17 @@ void fa_log(const char *fmt, ...) FA_PRINTF(1, 2);
 /* The backends a context of this kind uses (registry indices, best first),
    honouring FA_BACKEND. On failure returns a status with the error
    recorded. *forced is set when one backend was named. */
-fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx,
-                             int *n, int *forced);
+fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
+                             int *forced);
 
 struct fa_context {
   int device;
-  int checked;                      // checked mode (fa_context_set_checked)
-  int forced;                       // bound to exactly one backend
-  int n;                            // backends in this memory space
-  int idx[FA_MAX_BACKENDS];         // registry indices, best first
-  void *state[FA_MAX_BACKENDS];     // each backend's per-context state
-  const fa_kernel *only_kernel;     // bound to one kernel by name (triage)
+  int checked;                  // checked mode (fa_context_set_checked)
+  int forced;                   // bound to exactly one backend
+  int n;                        // backends in this memory space
+  int idx[FA_MAX_BACKENDS];     // registry indices, best first
+  void *state[FA_MAX_BACKENDS]; // each backend's per-context state
+  const fa_kernel *only_kernel; // bound to one kernel by name (triage)
 };
 
 /* One-line description of a problem for logs. */

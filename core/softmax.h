@@ -87,8 +87,10 @@ static inline float fa_lse_merge_weights(int n, const float *lse, float *w) {
   float mx = -INFINITY;
   int nan = 0;
   for (int i = 0; i < n; i++) {
-    if (isnan(lse[i])) nan = 1;
-    else if (lse[i] > mx) mx = lse[i];
+    if (isnan(lse[i]))
+      nan = 1;
+    else if (lse[i] > mx)
+      mx = lse[i];
   }
   if (nan) {
     for (int i = 0; i < n; i++) w[i] = NAN;

@@ -75,9 +75,9 @@ typedef enum fa_status {
   FA_OK = 0,                   /**< Success. */
   FA_ERR_INVALID_ARGUMENT = 1, /**< A field is out of range or inconsistent. */
   FA_ERR_UNSUPPORTED = 2,      /**< Valid, but no backend here can run it. */
-  FA_ERR_NO_DEVICE = 3,        /**< The backend or device asked for is absent. */
-  FA_ERR_OUT_OF_MEMORY = 4,    /**< An allocation failed. */
-  FA_ERR_BACKEND = 5           /**< A GPU runtime or library call failed. */
+  FA_ERR_NO_DEVICE = 3,     /**< The backend or device asked for is absent. */
+  FA_ERR_OUT_OF_MEMORY = 4, /**< An allocation failed. */
+  FA_ERR_BACKEND = 5        /**< A GPU runtime or library call failed. */
 } fa_status;
 
 /** @return a static English name for @p s ("invalid argument", ...). */
@@ -211,20 +211,20 @@ typedef struct fa_attention {
    * version's header is refused (FA_ERR_INVALID_ARGUMENT naming struct_size),
    * never misread. */
   size_t struct_size;
-  int batch;       /**< Number of sequences (>= 0; 0 is a no-op). */
-  int seqlen_q;    /**< Query length; the maximum one when varlen (>= 0). */
-  int seqlen_k;    /**< Key length; the maximum one when varlen or paged
-                        (>= 0; 0: every row sees no key). */
-  int heads_q;     /**< Query heads (>= 1). */
-  int heads_kv;    /**< Key/value heads; heads_q % heads_kv == 0 (GQA/MQA):
-                        query head h reads kv head h / (heads_q / heads_kv). */
-  int head_dim;    /**< Dimension of q and k (>= 1). */
-  int head_dim_v;  /**< Dimension of v and o; 0 means head_dim. */
-  float scale;     /**< Score scale; 0 means 1/sqrt(head_dim). */
-  int causal;      /**< 0, FA_CAUSAL_BOTTOM_RIGHT or FA_CAUSAL_TOP_LEFT. */
-  int window_left; /**< Keys visible left of the diagonal; -1 unbounded. */
-  int window_right;/**< Keys visible right of the diagonal; -1 unbounded. */
-  float softcap;   /**< 0 off; else scores become cap*tanh(s/cap). */
+  int batch;        /**< Number of sequences (>= 0; 0 is a no-op). */
+  int seqlen_q;     /**< Query length; the maximum one when varlen (>= 0). */
+  int seqlen_k;     /**< Key length; the maximum one when varlen or paged
+                         (>= 0; 0: every row sees no key). */
+  int heads_q;      /**< Query heads (>= 1). */
+  int heads_kv;     /**< Key/value heads; heads_q % heads_kv == 0 (GQA/MQA):
+                         query head h reads kv head h / (heads_q / heads_kv). */
+  int head_dim;     /**< Dimension of q and k (>= 1). */
+  int head_dim_v;   /**< Dimension of v and o; 0 means head_dim. */
+  float scale;      /**< Score scale; 0 means 1/sqrt(head_dim). */
+  int causal;       /**< 0, FA_CAUSAL_BOTTOM_RIGHT or FA_CAUSAL_TOP_LEFT. */
+  int window_left;  /**< Keys visible left of the diagonal; -1 unbounded. */
+  int window_right; /**< Keys visible right of the diagonal; -1 unbounded. */
+  float softcap;    /**< 0 off; else scores become cap*tanh(s/cap). */
   const float *alibi_slopes;   /**< [heads_q] ALiBi slopes, or NULL. */
   const float *sinks;          /**< [heads_q] raw sink logits, or NULL. */
   const int32_t *cu_seqlens_q; /**< [batch+1] row offsets of q/o, or NULL. */
@@ -249,7 +249,7 @@ typedef struct fa_attention {
   int64_t rows_q, rows_k;
 
   /* ---- positions (see above) ---- */
-  int positions; /**< FA_POSITIONS_ALIGNED (0) or FA_POSITIONS_EXPLICIT. */
+  int positions;      /**< FA_POSITIONS_ALIGNED (0) or FA_POSITIONS_EXPLICIT. */
   int64_t q_position; /**< Explicit: position of query row 0. */
   int64_t k_position; /**< Explicit: position of key row 0. */
   const int64_t *q_positions; /**< Explicit: [batch] added per sequence. */
@@ -414,9 +414,8 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
  * Deterministic run to run. On a GPU context, asynchronous on its stream.
  * Equivalent to fa_plan_create() + fa_plan_forward() + fa_plan_destroy().
  */
-FA_API fa_status fa_forward(fa_context *ctx, const fa_attention *a,
-                            fa_tensor q, fa_tensor k, fa_tensor v, fa_tensor o,
-                            float *lse);
+FA_API fa_status fa_forward(fa_context *ctx, const fa_attention *a, fa_tensor q,
+                            fa_tensor k, fa_tensor v, fa_tensor o, float *lse);
 
 /**
  * Backward attention from the o and lse that fa_forward() produced.
@@ -481,12 +480,11 @@ FA_API fa_status fa_plan_forward(fa_plan *p, fa_tensor q, fa_tensor k,
  * tensors (the gradients' accumulators, the D = rowsum(dO * O) pre-pass and
  * the kernel chosen once).
  */
-FA_API fa_status fa_plan_create_backward(fa_context *ctx,
-                                         const fa_attention *a, fa_tensor q,
-                                         fa_tensor k, fa_tensor v, fa_tensor o,
-                                         fa_tensor d_o, fa_tensor dq,
-                                         fa_tensor dk, fa_tensor dv,
-                                         fa_plan **plan);
+FA_API fa_status fa_plan_create_backward(fa_context *ctx, const fa_attention *a,
+                                         fa_tensor q, fa_tensor k, fa_tensor v,
+                                         fa_tensor o, fa_tensor d_o,
+                                         fa_tensor dq, fa_tensor dk,
+                                         fa_tensor dv, fa_plan **plan);
 
 /** Run a backward plan; bit-identical to fa_backward() on the same data. */
 FA_API fa_status fa_plan_backward(fa_plan *p, fa_tensor q, fa_tensor k,

@@ -117,17 +117,16 @@ static int cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
 /* One backend per ISA: probe, plan and kernel table differ only in the
    ISA, its vector width and its rank. */
 #define FA_CPU_KERNEL(isa)                                                     \
-  {.name = "cpu." #isa,                                                        \
-   .supports = cpu_supports,                                                   \
-   .plan = plan_##isa,                                                         \
-   .forward = fa_cpu_forward_##isa,                                            \
-   .backward = fa_cpu_backward_##isa}
+  {                                                                            \
+    .name = "cpu." #isa, .supports = cpu_supports, .plan = plan_##isa,         \
+    .forward = fa_cpu_forward_##isa, .backward = fa_cpu_backward_##isa         \
+  }
 
 #define FA_CPU_BACKEND(isa, ISA_ENUM, vec, rank_, ...)                         \
-  static int probe_##isa(char *why, size_t len) {                             \
-    return fa_cpu_isa_usable(ISA_ENUM, why, len);                             \
+  static int probe_##isa(char *why, size_t len) {                              \
+    return fa_cpu_isa_usable(ISA_ENUM, why, len);                              \
   }                                                                            \
-  static fa_status plan_##isa(const fa_kernel_query *q, fa_plan_data *plan) { \
+  static fa_status plan_##isa(const fa_kernel_query *q, fa_plan_data *plan) {  \
     return plan_for(q, plan, vec);                                             \
   }                                                                            \
   static const fa_kernel kernels_##isa[] = {__VA_ARGS__};                      \

@@ -11,8 +11,8 @@
 #include "dtype.h"
 
 typedef struct fa_cpu_state {
-  int threads;      // 0: OpenMP default
-  void *workspace;  // grown on demand, reused across calls
+  int threads;     // 0: OpenMP default
+  void *workspace; // grown on demand, reused across calls
   size_t workspace_bytes;
 } fa_cpu_state;
 

@@ -33,6 +33,8 @@
 
 #define FA_CAT2(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT2(a, b)
+// Only the two entry points carry the ISA in their names (the backend table
+// links them); everything else is static to its ISA's translation unit.
 #define FA_FN(x) FA_CAT(x, FA_ISA_SUFFIX)
 
 #if defined(__GNUC__)
@@ -46,10 +48,10 @@
 /* One R x N-vector micro-tile. R, N, tail are compile-time constants after
    inlining: the accumulators live in registers. tail > 0 makes the last
    vector partial (tail lanes). */
-FA_ALWAYS_INLINE void FA_FN(micro)(const int R, const int N, const int tail,
-                                   int k, const float *A, int64_t rs,
-                                   int64_t cs, const float *B, int64_t ldb,
-                                   float *C, int64_t ldc, int accumulate) {
+FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
+                            const float *A, int64_t rs, int64_t cs,
+                            const float *B, int64_t ldb, float *C, int64_t ldc,
+                            int accumulate) {
   fa_vf acc[FA_MR][FA_NV];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -89,19 +91,16 @@ FA_ALWAYS_INLINE void FA_FN(micro)(const int R, const int N, const int tail,
 }
 
 /* Row tails of a column chunk of N vectors (compile-time N, tail). */
-FA_ALWAYS_INLINE void FA_FN(micro_rows)(const int N, const int tail, int m,
-                                        int k, const float *A, int64_t rs,
-                                        int64_t cs, const float *B,
-                                        int64_t ldb, float *C, int64_t ldc,
-                                        int acc) {
+FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
+                                 const float *A, int64_t rs, int64_t cs,
+                                 const float *B, int64_t ldb, float *C,
+                                 int64_t ldc, int acc) {
   int i = 0;
   for (; i + FA_MR <= m; i += FA_MR)
-    FA_FN(micro)(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc,
-                 ldc, acc);
+    micro(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc);
 #define FA_ROWS(R)                                                             \
   case R:                                                                      \
-    FA_FN(micro)(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,  \
-                 acc);                                                         \
+    micro(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc);   \
     break;
   switch (m - i) {
 #if FA_MR > 7
@@ -131,23 +130,21 @@ FA_ALWAYS_INLINE void FA_FN(micro_rows)(const int N, const int tail, int m,
 
 /* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors
    whose final vector may be partial. */
-static void FA_FN(gemm)(int m, int n, int k, const float *A, int64_t rs,
-                        int64_t cs, const float *B, int64_t ldb, float *C,
-                        int64_t ldc, int acc) {
+static void gemm(int m, int n, int k, const float *A, int64_t rs, int64_t cs,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
   const int chunk = FA_NV * FA_VW;
   int j = 0;
   for (; j + chunk <= n; j += chunk)
-    FA_FN(micro_rows)(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);
+    micro_rows(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);
   int left = n - j;
   if (left <= 0) return;
   int nvec = (left + FA_VW - 1) / FA_VW, tail = left % FA_VW;
 #define FA_LAST(NV)                                                            \
   case NV:                                                                     \
     if (tail)                                                                  \
-      FA_FN(micro_rows)(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc,     \
-                        acc);                                                  \
+      micro_rows(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);      \
     else                                                                       \
-      FA_FN(micro_rows)(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc); \
+      micro_rows(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);         \
     break;
   switch (nvec) {
     FA_LAST(1)
@@ -169,7 +166,7 @@ static void FA_FN(gemm)(int m, int n, int k, const float *A, int64_t rs,
 /* ---- tile loads ------------------------------------------------------- */
 
 /* Multiply n floats by x (a tensor's descale; 1 leaves them as loaded). */
-static void FA_FN(scale_row)(float *d, int n, float x) {
+static void scale_row(float *d, int n, float x) {
   if (x == 1.0f) return;
   for (int i = 0; i < n; i++) d[i] *= x;
 }
@@ -177,28 +174,28 @@ static void FA_FN(scale_row)(float *d, int n, float x) {
 /* Rows [row0, row0+n) of a q-like tensor (q, o, do) for (b, h), widened to
    fp32 and descaled (the decoded inputs of the header) into dst[n][ld];
    dims [dim, ld) are zeroed so padded products are exact. */
-static void FA_FN(load_q_rows)(float *dst, int ld, const fa_problem *p,
-                               const fa_tensor *t, int b, int h, int row0,
-                               int n, int dim) {
+static void load_q_rows(float *dst, int ld, const fa_problem *p,
+                        const fa_tensor *t, int b, int h, int row0, int n,
+                        int dim) {
   const float x = fa_tensor_descale(t, p->a.heads_kv, b, h / p->group);
   for (int r = 0; r < n; r++) {
     float *d = dst + (size_t)r * ld;
     vf_widen_row(d, t->data, t->dtype, fa_q_offset(p, t, b, row0 + r, h), dim);
-    FA_FN(scale_row)(d, dim, x);
+    scale_row(d, dim, x);
     if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
   }
 }
 
 /* Same for key rows of k-like tensors, through the block table when paged.
    Only rows below the sequence's length may be asked for. */
-static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
-                               const fa_tensor *t, int b, int h, int row0,
-                               int n, int dim) {
+static void load_k_rows(float *dst, int ld, const fa_problem *p,
+                        const fa_tensor *t, int b, int h, int row0, int n,
+                        int dim) {
   const float x = fa_tensor_descale(t, p->a.heads_kv, b, h);
   for (int r = 0; r < n; r++) {
     float *d = dst + (size_t)r * ld;
     vf_widen_row(d, t->data, t->dtype, fa_k_offset(p, t, b, row0 + r, h), dim);
-    FA_FN(scale_row)(d, dim, x);
+    scale_row(d, dim, x);
     if (ld > dim) memset(d + dim, 0, sizeof(float) * (size_t)(ld - dim));
   }
 }
@@ -210,8 +207,8 @@ static void FA_FN(load_k_rows)(float *dst, int ld, const fa_problem *p,
    into l and leaves m and the rescale factor alpha (in mu). online_softmax
    below, and a tile step that packs P as it exponentiates, are these two
    around an exp pass. */
-static fa_vf FA_FN(column_ref)(const float *s, int bq, const float *m, int nc,
-                               int r, fa_vf *mx) {
+static fa_vf column_ref(const float *s, int bq, const float *m, int nc, int r,
+                        fa_vf *mx) {
   // Four independent maxima: the NaN-sticky max is a longer dependency
   // chain than a bare maxps, and nc of them in a row would show.
   const fa_vf m_old = vf_load(m + r);
@@ -231,8 +228,8 @@ static fa_vf FA_FN(column_ref)(const float *s, int bq, const float *m, int nc,
   return vf_neginf_to_zero(*mx);
 }
 
-static void FA_FN(column_done)(float *m, float *l, float *mu, int r, fa_vf mx,
-                               fa_vf ref, fa_vf sum) {
+static void column_done(float *m, float *l, float *mu, int r, fa_vf mx,
+                        fa_vf ref, fa_vf sum) {
   const fa_vf alpha = vf_exp(vf_sub(vf_load(m + r), ref));
   vf_store(l + r, vf_fma(vf_load(l + r), alpha, sum));
   vf_store(m + r, mx);
@@ -259,14 +256,14 @@ static void FA_FN(column_done)(float *m, float *l, float *mu, int r, fa_vf mx,
 
 /* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
    query axis of transposed tiles is whole vectors. */
-typedef struct FA_FN(tiles) {
+typedef struct cpu_tiles {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
   size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
   size_t kt, vt;
   size_t fo, fc, fml; // forward, long rows: the folded state (fold_state)
   size_t vis; // 2 * bq ints: each lane's visible keys of the tile, [lo, hi)
   size_t total;
-} FA_FN(tiles);
+} cpu_tiles;
 
 /* The bf16 tile-product step (scores, softmax with P packed, P.V) and the
    key rounding its tiles need: vdpbf16ps by default, or the header the ISA
@@ -281,8 +278,8 @@ typedef struct FA_FN(tiles) {
 #define FA_TILE_STEP_END() ((void)0)
 #endif
 
-static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
-  FA_FN(tiles) t;
+static cpu_tiles tiles_layout(const fa_plan_data *plan, int bwd) {
+  cpu_tiles t;
   const size_t kvt = (size_t)plan->kv_heads_per_tile; // K/V tiles per head
   t.bq = plan->block_q;
   t.bk = plan->block_k;
@@ -338,18 +335,17 @@ static FA_FN(tiles) FA_FN(tiles_layout)(const fa_plan_data *plan, int bwd) {
 
 /* Query lanes of a tile: lane r is row row0 + r / pk of head h0 + r % pk
    (pk > 1 packs the q heads that share a kv head into one tile). */
-typedef struct FA_FN(lanes) {
+typedef struct cpu_lanes {
   int h0, pk, row0, npos; // first head, heads per row, first row, rows
   int64_t shift;          // the sequence's diagonal offset (fa_diag_shift)
-} FA_FN(lanes);
+} cpu_lanes;
 
 /* The tile's q rows, times mul and their descale, transposed into
    dst[dim][bq]; lanes past the valid ones are zero so padded lanes stay
    finite. */
-static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
-                                     const fa_problem *p, const fa_tensor *t,
-                                     int b, const FA_FN(lanes) * ln, int dim,
-                                     float mul) {
+static void load_q_transposed(float *dst, int bq, float *row,
+                              const fa_problem *p, const fa_tensor *t, int b,
+                              const cpu_lanes *ln, int dim, float mul) {
   const int nr = ln->npos * ln->pk;
   for (int r = 0; r < bq; r++) {
     float x = mul;
@@ -369,27 +365,27 @@ static void FA_FN(load_q_transposed)(float *dst, int bq, float *row,
    forward and backward pass 3 keep S^T ([key][lane]: cs = lanes, rs = 1);
    backward pass 2 keeps S ([lane][key]). grad_lanes: lanes whose chain-rule
    factor is written (all of them, padded lanes included, in S^T). */
-typedef struct FA_FN(slayout) {
+typedef struct cpu_slayout {
   int64_t cs, rs;
   int grad_lanes;
-} FA_FN(slayout);
+} cpu_slayout;
 
 /* 1 when some row of the tile does not see every key of [col0, col0 + nc):
    the window edges move one key per row, so the first and last rows
    decide. Only such tiles hold masked scores. */
-static int FA_FN(tile_cut)(const fa_problem *p, const FA_FN(lanes) * ln,
-                           int sq, int sk, int col0, int nc) {
+static int tile_cut(const fa_problem *p, const cpu_lanes *ln, int sq, int sk,
+                    int col0, int nc) {
   int lo_last, hi_last, lo_first, hi_first;
   fa_visible_keys(p, ln->shift, ln->row0, sk, &lo_first, &hi_first);
-  fa_visible_keys(p, ln->shift, ln->row0 + ln->npos - 1, sk, &lo_last, &hi_last);
+  fa_visible_keys(p, ln->shift, ln->row0 + ln->npos - 1, sk, &lo_last,
+                  &hi_last);
   return !(lo_last <= col0 && hi_first >= col0 + nc && lo_first < hi_first);
 }
 
 /* The keys each valid lane of a tile sees, tile-local: lane r sees keys
    [lo[r], hi[r]) of [0, nc) (none when lo[r] == hi[r]). */
-static void FA_FN(lane_keys)(const fa_problem *p, const FA_FN(lanes) * ln,
-                             int sq, int sk, int col0, int nc, int *lo,
-                             int *hi) {
+static void lane_keys(const fa_problem *p, const cpu_lanes *ln, int sq, int sk,
+                      int col0, int nc, int *lo, int *hi) {
   for (int i = 0; i < ln->npos; i++) {
     int a, z;
     fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &a, &z);
@@ -403,7 +399,7 @@ static void FA_FN(lane_keys)(const fa_problem *p, const FA_FN(lanes) * ln,
 }
 
 /* 1 when rows [0, rows) x [0, n) of x (row pitch ld) hold an inf or NaN. */
-static int FA_FN(any_nonfinite)(const float *x, int64_t ld, int rows, int n) {
+static int any_nonfinite(const float *x, int64_t ld, int rows, int n) {
   uint32_t all = 0;
   for (int r = 0; r < rows; r++)
     for (int i = 0; i < n; i++) {
@@ -422,11 +418,10 @@ static int FA_FN(any_nonfinite)(const float *x, int64_t ld, int rows, int n) {
      key_rows = 0:  C[r][:n] += A(r, c) B[c][:n]   (O += P.V, dQ += dS.K)
      key_rows = 1:  C[c][:n] += A(r, c) B[r][:n]   (dV += P^T.dO, dK += dS^T.Q)
    Keys outer: each B row (or C row) is streamed once per key. */
-static void FA_FN(gemm_visible)(int nc, int lane0, int nr, const int *lo,
-                                const int *hi, int n, const float *A,
-                                int64_t al, int64_t ak, const float *B,
-                                int64_t ldb, float *C, int64_t ldc,
-                                int key_rows) {
+static void gemm_visible(int nc, int lane0, int nr, const int *lo,
+                         const int *hi, int n, const float *A, int64_t al,
+                         int64_t ak, const float *B, int64_t ldb, float *C,
+                         int64_t ldc, int key_rows) {
   const int tail = n % FA_VW, full = n - tail;
   for (int c = 0; c < nc; c++)
     for (int r = lane0; r < lane0 + nr; r++) {
@@ -447,8 +442,8 @@ static void FA_FN(gemm_visible)(int nc, int lane0, int nr, const int *lo,
 /* Zero the entries x[c * cs + r * rs] of a tile that lanes r < nr do not
    see (P and dS of masked pairs are exactly 0, whatever NaN the formula
    met on the way). */
-static void FA_FN(zero_hidden)(float *x, int64_t cs, int64_t rs, int nr,
-                               int nc, const int *lo, const int *hi) {
+static void zero_hidden(float *x, int64_t cs, int64_t rs, int nr, int nc,
+                        const int *lo, const int *hi) {
   for (int r = 0; r < nr; r++) {
     for (int c = 0; c < lo[r]; c++) x[c * cs + r * rs] = 0.0f;
     for (int c = hi[r]; c < nc; c++) x[c * cs + r * rs] = 0.0f;
@@ -457,10 +452,9 @@ static void FA_FN(zero_hidden)(float *x, int64_t cs, int64_t rs, int nr,
 
 /* The score pipeline after the dot products: softcap, ALiBi, mask (and
    with grad, d(score)/d(q.k): the scale, times 1 - tanh^2 under softcap). */
-static void FA_FN(scores_post)(const fa_problem *p, float *s,
-                               const FA_FN(slayout) * sl,
-                               const FA_FN(lanes) * ln, int sq, int sk,
-                               int col0, int nc, float *grad) {
+static void scores_post(const fa_problem *p, float *s, const cpu_slayout *sl,
+                        const cpu_lanes *ln, int sq, int sk, int col0, int nc,
+                        float *grad) {
   const int pk = ln->pk, nr = ln->npos * pk;
   const int64_t cs = sl->cs, rs = sl->rs;
   const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
@@ -484,7 +478,7 @@ static void FA_FN(scores_post)(const fa_problem *p, float *s,
                                         ln->row0 + r / pk, col0 + c, shift);
   }
   // Mask only blocks that cut through some row's window.
-  if (!FA_FN(tile_cut)(p, ln, sq, sk, col0, nc)) return;
+  if (!tile_cut(p, ln, sq, sk, col0, nc)) return;
   for (int i = 0; i < ln->npos; i++) {
     int lo, hi;
     fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &lo, &hi);
@@ -502,22 +496,21 @@ static void FA_FN(scores_post)(const fa_problem *p, float *s,
 /* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then the
    score pipeline. Masked entries are -INFINITY; lanes past the valid ones
    are left as computed (finite). */
-static void FA_FN(scores)(const fa_problem *p, const FA_FN(tiles) * t,
-                          float *ws, const float *k, int64_t ldk,
-                          const FA_FN(lanes) * ln, int sq, int sk, int col0,
-                          int nc, float *grad) {
-  FA_FN(gemm)(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq,
-              ws + t->s, t->bq, 0);
-  const FA_FN(slayout) sl = {t->bq, 1, t->bq};
-  FA_FN(scores_post)(p, ws + t->s, &sl, ln, sq, sk, col0, nc, grad);
+static void scores(const fa_problem *p, const cpu_tiles *t, float *ws,
+                   const float *k, int64_t ldk, const cpu_lanes *ln, int sq,
+                   int sk, int col0, int nc, float *grad) {
+  gemm(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq, ws + t->s, t->bq,
+       0);
+  const cpu_slayout sl = {t->bq, 1, t->bq};
+  scores_post(p, ws + t->s, &sl, ln, sq, sk, col0, nc, grad);
 }
 
 /* Small tiles: S^T[c][r] = q_r . k_c for lanes [lane0, lane0+nr), by dot
    products over d, four lanes at a time against each key row of k (row
    pitch ldk). qr holds the scaled q rows and 3 zero rows after them. */
-static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
-                               float *ws, const float *k, int64_t ldk, int nc,
-                               int lane0, int nr) {
+static void scores_rows(const fa_problem *p, const cpu_tiles *t, float *ws,
+                        const float *k, int64_t ldk, int nc, int lane0,
+                        int nr) {
   const int d = p->a.head_dim, ld = t->ld, bq = t->bq;
   const float *qr = ws + t->qr + (size_t)lane0 * ld;
   float *s = ws + t->s;
@@ -537,8 +530,8 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
         fa_vf kv = vf_load_part(kr + full, tail);
 #pragma GCC unroll 4
         for (int x = 0; x < 4; x++)
-          a[x] = vf_fma(vf_load_part(q0 + (size_t)x * ld + full, tail), kv,
-                        a[x]);
+          a[x] =
+              vf_fma(vf_load_part(q0 + (size_t)x * ld + full, tail), kv, a[x]);
       }
       for (int x = 0; x < 4 && r0 + x < nr; x++)
         s[(size_t)c * bq + lane0 + r0 + x] = vf_hsum(a[x]);
@@ -550,12 +543,12 @@ static void FA_FN(scores_rows)(const fa_problem *p, const FA_FN(tiles) * t,
 
 /* ---- forward ------------------------------------------------------------ */
 
-typedef struct FA_FN(partials) {
+typedef struct cpu_partials {
   float *ml; // [num_work][block_q][2]: (m, l) of each split
   float *o;  // [num_work][block_q][head_dim_v]
-} FA_FN(partials);
+} cpu_partials;
 
-static float FA_FN(sink)(const fa_problem *p, int h) {
+static float sink_logit(const fa_problem *p, int h) {
   return p->a.sinks ? p->a.sinks[h] : NAN;
 }
 
@@ -564,9 +557,9 @@ static float FA_FN(sink)(const fa_problem *p, int h) {
    it sees is -inf (an inf input, or a product that overflowed fp32). As in
    the float64 oracle (exp(-inf - (-inf)) = NaN), O and LSE are then NaN,
    never the silent O = 0, LSE = -inf of a row with no key. */
-static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
-                             int i, int64_t shift, int sk, float *lse) {
-  float sink = FA_FN(sink)(p, h);
+static float finalize(const fa_problem *p, float m, float l, int h, int i,
+                      int64_t shift, int sk, float *lse) {
+  float sink = sink_logit(p, h);
   // A NaN or +inf sink logit makes every row of its head NaN, rows with no
   // key included (as a NaN ALiBi slope does); a -inf one weighs nothing.
   // (fa_softmax_finalize reads NaN as "no sink".)
@@ -590,9 +583,8 @@ static float FA_FN(finalize)(const fa_problem *p, float m, float l, int h,
 /* o_row is scaled in place, then stored as one row: that conversion loop
    vectorises, an element-wise store testing the dtype each time did not
    (7% of a bf16 forward at d = 128). */
-static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
-                             int b, int h, int i, float *o_row, float scale_o,
-                             float lse) {
+static void store_row(const fa_problem *p, const fa_fwd_args *args, int b,
+                      int h, int i, float *o_row, float scale_o, float lse) {
   const fa_tensor *o = &args->o;
   const int dv = p->a.head_dim_v;
   for (int d = 0; d < dv; d++) o_row[d] *= scale_o;
@@ -603,24 +595,23 @@ static void FA_FN(store_row)(const fa_problem *p, const fa_fwd_args *args,
 
 /* One online-softmax step on the transposed tile: column max, exp, column
    sum; returns the rescale factors alpha in mu[] (mu doubles as scratch). */
-static void FA_FN(online_softmax)(const FA_FN(tiles) * t, float *ws, int nc) {
+static void online_softmax(const cpu_tiles *t, float *ws, int nc) {
   float *s = ws + t->s, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   const int bq = t->bq;
   for (int r = 0; r < bq; r += FA_VW) {
-    fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r, &mx), sum = vf_zero();
+    fa_vf mx, ref = column_ref(s, bq, m, nc, r, &mx), sum = vf_zero();
     for (int k = 0; k < nc; k++) {
       float *sc = s + (size_t)k * bq + r;
       fa_vf e = vf_exp(vf_sub(vf_load(sc), ref));
       vf_store(sc, e);
       sum = vf_add(sum, e);
     }
-    FA_FN(column_done)(m, l, mu, r, mx, ref, sum);
+    column_done(m, l, mu, r, mx, ref, sum);
   }
 }
 
 /* O rows [0, nr) (pitch ldo) times their rescale factors mu. */
-static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
-                             int dv) {
+static void rescale_o(float *o, int64_t ldo, const float *mu, int nr, int dv) {
   for (int r = 0; r < nr; r++) {
     if (mu[r] == 1.0f) continue;
     float *orow = o + (size_t)r * ldo;
@@ -654,8 +645,7 @@ static void FA_FN(rescale_o)(float *o, int64_t ldo, const float *mu, int nr,
 
 /* Folded state: fo (O) and fc (its compensation) [bq][ldv]; fml: m, l, and
    l's compensation, [bq] each. Starts empty (m = -inf). */
-static void FA_FN(fold_init)(const FA_FN(tiles) * t, float *ws, int nr,
-                             int dv) {
+static void fold_init(const cpu_tiles *t, float *ws, int nr, int dv) {
   float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
   for (int r = 0; r < nr; r++) {
     fm[r] = -INFINITY;
@@ -668,7 +658,7 @@ static void FA_FN(fold_init)(const FA_FN(tiles) * t, float *ws, int nr,
 /* Compensated s += x: c holds what s lost (true sum = s - c). Written as
    separate statements: C11 without extensions, so nothing is contracted or
    reassociated across them. */
-static inline void FA_FN(kahan_add)(float *s, float *c, float x) {
+static inline void kahan_add(float *s, float *c, float x) {
   const float y = x - *c, sum = *s + y;
   *c = (sum - *s) - y;
   *s = sum;
@@ -679,8 +669,7 @@ static inline void FA_FN(kahan_add)(float *s, float *c, float x) {
    the lane NaN, as in the step; an empty running state (m = -inf: no key,
    or only -inf scores) adds nothing, and finalize still tells the two
    apart. */
-static void FA_FN(fold_state)(const FA_FN(tiles) * t, float *ws, int nr,
-                              int dv) {
+static void fold_state(const cpu_tiles *t, float *ws, int nr, int dv) {
   float *m = ws + t->m, *l = ws + t->l;
   float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
   for (int r = 0; r < nr; r++) {
@@ -702,8 +691,8 @@ static void FA_FN(fold_state)(const FA_FN(tiles) * t, float *ws, int nr,
           fc[d] *= wa;
         }
       }
-      FA_FN(kahan_add)(fl + r, flc + r, l[r] * wb);
-      for (int d = 0; d < dv; d++) FA_FN(kahan_add)(fo + d, fc + d, o[d] * wb);
+      kahan_add(fl + r, flc + r, l[r] * wb);
+      for (int d = 0; d < dv; d++) kahan_add(fo + d, fc + d, o[d] * wb);
       fm[r] = mx;
     }
     m[r] = -INFINITY;
@@ -713,9 +702,8 @@ static void FA_FN(fold_state)(const FA_FN(tiles) * t, float *ws, int nr,
 }
 
 /* The folded state back into (m, l, O) for finalize or the partials. */
-static void FA_FN(fold_finish)(const FA_FN(tiles) * t, float *ws, int nr,
-                               int dv) {
-  FA_FN(fold_state)(t, ws, nr, dv);
+static void fold_finish(const cpu_tiles *t, float *ws, int nr, int dv) {
+  fold_state(t, ws, nr, dv);
   float *m = ws + t->m, *l = ws + t->l;
   const float *fm = ws + t->fml, *fl = fm + t->bq, *flc = fl + t->bq;
   for (int r = 0; r < nr; r++) {
@@ -731,18 +719,17 @@ static void FA_FN(fold_finish)(const FA_FN(tiles) * t, float *ws, int nr,
 #if FA_HAVE_DPBF16 && !defined(FA_TILE_STEP_HEADER)
 /* The default step's softmax: online_softmax, then P^T paired along keys
    into p2 ([(nc + 1) / 2][bq]) for gemm_bf16. */
-static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
-                                  uint32_t *p2) {
-  FA_FN(online_softmax)(t, ws, nc);
-  FA_FN(pack_p_bf16)(p2, ws + t->s, t->bq, nc);
+static void bf16_softmax_p(const cpu_tiles *t, float *ws, int nc,
+                           uint32_t *p2) {
+  online_softmax(t, ws, nc);
+  pack_p_bf16(p2, ws + t->s, t->bq, nc);
 }
 #endif
 
 // NOLINTNEXTLINE(readability-function-size): to be split (issue 13)
-static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
-                            const fa_fwd_args *args, const FA_FN(tiles) * t,
-                            float *ws, int64_t w, FA_FN(partials) * part,
-                            const void *kvpack) {
+static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
+                     const fa_fwd_args *args, const cpu_tiles *t, float *ws,
+                     int64_t w, cpu_partials *part, const void *kvpack) {
   int b, h0, qb, split;
   fa_plan_work_item(p, plan, w, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
@@ -750,12 +737,12 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   if (row0 >= sq) return;
   const int pk = plan->pack_group;
   const int64_t shift = fa_diag_shift(p, b, sq, sk);
-  const FA_FN(lanes) ln = {
-      h0, pk, row0,
-      sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows, shift};
+  const cpu_lanes ln = {
+      h0, pk, row0, sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows,
+      shift};
   const int nr = ln.npos * pk;
   const int hk = h0 / p->group, dv = p->a.head_dim_v, bq = t->bq;
-  const FA_FN(slayout) sl_t = {bq, 1, bq};
+  const cpu_slayout sl_t = {bq, 1, bq};
   float *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
   int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
 
@@ -769,19 +756,19 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   fa_plan_kv_blocks(p, plan, shift, sq, sk, qb, &kb0, &kb1);
   fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
   // fp32 K/V read in place (no copy) unless they must be descaled.
-  const int direct = p->dtype == FA_F32 && !p->paged && !args->k.descale &&
-                     !args->v.descale;
+  const int direct =
+      p->dtype == FA_F32 && !p->paged && !args->k.descale && !args->v.descale;
   // Tiles that span several kv heads (all heads of a decode step) always
   // stream rows; so do tiles with few lanes.
   const int kvt = plan->kv_heads_per_tile, lpk = pk / kvt;
   const int small = nr <= FA_SMALL_LANES || kvt > 1;
   // FP8 K/V on the small path: read in place, widened in registers.
-  FA_FN(fp8_rows) fr;
-  const int fp8 = FA_FN(fp8_rows_plan)(p, t, args, b, hk, kvt, &fr) && small;
+  cpu_fp8_rows fr;
+  const int fp8 = fp8_rows_plan(p, t, args, b, hk, kvt, &fr) && small;
 #if FA_HAVE_DPBF16
   // bf16 in, pairs of bf16 multiplied exactly by vdpbf16ps: Q^T as pairs
   // along d (unscaled: the scale is applied to S in fp32).
-  const FA_FN(kvpack) *kv = kvpack;
+  const cpu_kvpack *kv = kvpack;
   const int dot_bf16 = p->dtype == FA_BF16 && !small && kv->items;
   const int dpairs = (p->a.head_dim + 1) / 2;
   const int ldk2 = (t->ld + 1) / 2, ldv2 = t->ldv; // pitches in pairs
@@ -805,8 +792,8 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   // fp32 Q^T otherwise (the K tile doubles as the transposing load's row
   // buffer).
   if (!dot_bf16)
-    FA_FN(load_q_transposed)(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
-                             p->a.head_dim, p->a.scale);
+    load_q_transposed(ws + t->qt, bq, ws + t->k, p, &args->q, b, &ln,
+                      p->a.head_dim, p->a.scale);
   if (small) { // row-major scaled q rows for the dot products
     float *qr = ws + t->qr;
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
@@ -817,10 +804,10 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
   // Long splits: fold the state every fold_blocks blocks (see fold_state).
   const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;
   const int fold_blocks = FA_FOLD_KEYS > t->bk ? FA_FOLD_KEYS / t->bk : 1;
-  if (fold) FA_FN(fold_init)(t, ws, nr, dv);
+  if (fold) fold_init(t, ws, nr, dv);
   for (int kb = s0; kb < s1; kb++) {
     if (fold && kb > s0 && (kb - s0) % fold_blocks == 0)
-      FA_FN(fold_state)(t, ws, nr, dv);
+      fold_state(t, ws, nr, dv);
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
     if (small) {
@@ -842,7 +829,7 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         ldk = args->k.stride_seq;
         ldv = args->v.stride_seq;
       } else if (fp8) {
-        FA_FN(fp8_rows_block)(p, args, b, hk, col0, nc, &fr);
+        fp8_rows_block(p, args, b, hk, col0, nc, &fr);
       } else {
         const size_t esz = fa_dtype_size(p->dtype);
         for (int c = 0; c < nc; c++)
@@ -854,17 +841,17 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                 const fa_tensor *src = z ? &args->v : &args->k;
                 const char *row =
                     (const char *)src->data +
-                    fa_k_offset(p, src, b, col0 + c + FA_PREFETCH_KEYS, hk + x) *
+                    fa_k_offset(p, src, b, col0 + c + FA_PREFETCH_KEYS,
+                                hk + x) *
                         (int64_t)esz;
                 const int bytes = (z ? dv : p->a.head_dim) * (int)esz;
                 for (int off = 0; off < bytes; off += 64)
                   __builtin_prefetch(row + off);
               }
-            FA_FN(load_k_rows)((float *)kh[x] + (size_t)c * t->ld, t->ld, p,
-                               &args->k, b, hk + x, col0 + c, 1,
-                               p->a.head_dim);
-            FA_FN(load_k_rows)((float *)vh[x] + (size_t)c * t->ldv, t->ldv, p,
-                               &args->v, b, hk + x, col0 + c, 1, dv);
+            load_k_rows((float *)kh[x] + (size_t)c * t->ld, t->ld, p, &args->k,
+                        b, hk + x, col0 + c, 1, p->a.head_dim);
+            load_k_rows((float *)vh[x] + (size_t)c * t->ldv, t->ldv, p,
+                        &args->v, b, hk + x, col0 + c, 1, dv);
           }
       }
       // Lane runs: one per (row, kv head); a single run without kv packing.
@@ -873,26 +860,25 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       for (int x = 0; x < nruns; x++) {
         const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
         if (fp8)
-          FA_FN(scores_fp8)(p, t, ws, args, &fr, x % kvt, nc, lane0, run_len);
+          scores_fp8(p, t, ws, args, &fr, x % kvt, nc, lane0, run_len);
         else
-          FA_FN(scores_rows)(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
+          scores_rows(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
       }
-      FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
-      FA_FN(online_softmax)(t, ws, nc);
+      scores_post(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
+      online_softmax(t, ws, nc);
       for (int r = 0; r < nr; r++)
         if (mu[r] != 1.0f)
           for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
       // O[r][:] += P^T[c][r] V[c][:] over the keys each lane sees (the
       // same rule as the GEMM path's, below, when V holds inf or NaN).
-      FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
       for (int x = 0; x < nruns; x++) {
         const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
         if (fp8)
-          FA_FN(pv_fp8)(p, t, ws, args, &fr, x % kvt, lane0, run_len, vlo, vhi,
-                        o);
+          pv_fp8(p, t, ws, args, &fr, x % kvt, lane0, run_len, vlo, vhi, o);
         else
-          FA_FN(gemm_visible)(nc, lane0, run_len, vlo, vhi, dv, ws + t->s, 1,
-                              bq, vh[x % kvt], ldv, o, t->ldv, 0);
+          gemm_visible(nc, lane0, run_len, vlo, vhi, dv, ws + t->s, 1, bq,
+                       vh[x % kvt], ldv, o, t->ldv, 0);
       }
       continue;
     }
@@ -903,11 +889,11 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       const size_t bh = (size_t)b * p->a.heads_kv + hk;
       const uint32_t *k2 = kv->k + (bh * kv->rows + col0) * ldk2,
                      *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
-      FA_FN(bf16_scores)(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt),
-                         ws + t->s, p->a.scale);
-      FA_FN(scores_post)(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
+      bf16_scores(nc, bq, dpairs, k2, ldk2, (uint32_t *)(ws + t->qt), ws + t->s,
+                  p->a.scale);
+      scores_post(p, ws + t->s, &sl_t, &ln, sq, sk, col0, nc, NULL);
       uint32_t bad = 0;
-      if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) {
+      if (tile_cut(p, &ln, sq, sk, col0, nc)) {
         // As in the fp32 path: V with inf or NaN meets masked P = 0 only
         // through visible pairs (fp32 V rows, over the pairs: not needed).
         // Scanned in the pack, whose pair rows are contiguous.
@@ -921,20 +907,19 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
         }
       }
       if (bad) {
-        FA_FN(online_softmax)(t, ws, nc);
-        FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
-        FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
-        FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
-        FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq,
-                            ws + t->v, t->ldv, o, t->ldv, 0);
+        online_softmax(t, ws, nc);
+        rescale_o(o, t->ldv, mu, nr, dv);
+        load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+        lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
+        gemm_visible(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, ws + t->v,
+                     t->ldv, o, t->ldv, 0);
         continue;
       }
       // The softmax step with P packed for the product as it is made.
       uint32_t *p2 = (uint32_t *)(ws + t->p2);
-      FA_FN(bf16_softmax_p)(t, ws, nc, p2);
-      FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
-      FA_FN(bf16_pv)(nr, dv, nc, bq, p2, v2, ldv2, (uint32_t *)(ws + t->v), o,
-                     t->ldv);
+      bf16_softmax_p(t, ws, nc, p2);
+      rescale_o(o, t->ldv, mu, nr, dv);
+      bf16_pv(nr, dv, nc, bq, p2, v2, ldv2, (uint32_t *)(ws + t->v), o, t->ldv);
       continue;
     }
 #endif
@@ -948,34 +933,32 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
       ldv = args->v.stride_seq;
     } else {
       // One burst of row loads per tile keeps many misses in flight.
-      FA_FN(load_k_rows)(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
-                         p->a.head_dim);
-      FA_FN(load_k_rows)(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
+      load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc,
+                  p->a.head_dim);
+      load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
     }
-    FA_FN(scores)(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
-    FA_FN(online_softmax)(t, ws, nc);
-    FA_FN(rescale_o)(o, t->ldv, mu, nr, dv);
+    scores(p, t, ws, k, ldk, &ln, sq, sk, col0, nc, NULL);
+    online_softmax(t, ws, nc);
+    rescale_o(o, t->ldv, mu, nr, dv);
     // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
     // 0 * NaN = NaN: where the tile meets a mask and V holds inf or NaN
     // (a scan of nc x dv, 1/bq of the product), only visible pairs count.
-    if (FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc) &&
-        FA_FN(any_nonfinite)(v, ldv, nc, dv)) {
-      FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, vlo, vhi);
-      FA_FN(gemm_visible)(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv,
-                          o, t->ldv, 0);
+    if (tile_cut(p, &ln, sq, sk, col0, nc) && any_nonfinite(v, ldv, nc, dv)) {
+      lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      gemm_visible(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv, o, t->ldv,
+                   0);
     } else {
-      FA_FN(gemm)(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
+      gemm(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
     }
   }
-  if (fold) FA_FN(fold_finish)(t, ws, nr, dv);
+  if (fold) fold_finish(t, ws, nr, dv);
 
   if (plan->num_splits == 1) {
     for (int r = 0; r < nr; r++) {
       const int h = h0 + r % pk;
       float lse,
-          inv = FA_FN(finalize)(p, m[r], l[r], h, row0 + r / pk, shift, sk, &lse);
-      FA_FN(store_row)(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv,
-                       inv, lse);
+          inv = finalize(p, m[r], l[r], h, row0 + r / pk, shift, sk, &lse);
+      store_row(p, args, b, h, row0 + r / pk, o + (size_t)r * t->ldv, inv, lse);
     }
     return;
   }
@@ -990,10 +973,9 @@ static void FA_FN(fwd_item)(const fa_problem *p, const fa_plan_data *plan,
 
 /* Merge the splits of one (b, heads, q block), lane by lane, in split
    order. */
-static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
-                             const fa_fwd_args *args,
-                             const FA_FN(partials) * part, float *acc,
-                             int64_t w0) {
+static void fwd_merge(const fa_problem *p, const fa_plan_data *plan,
+                      const fa_fwd_args *args, const cpu_partials *part,
+                      float *acc, int64_t w0) {
   int b, h0, qb, split;
   fa_plan_work_item(p, plan, w0, &b, &h0, &qb, &split);
   const int sq = fa_seq_len_q(p, b), bq = plan->block_q, dv = p->a.head_dim_v;
@@ -1009,13 +991,13 @@ static void FA_FN(fwd_merge)(const fa_problem *p, const fa_plan_data *plan,
       fa_softmax_merge(&m, &l, acc, pml[0], pml[1], po, dv);
     }
     const int h = h0 + r % pk, sk = fa_seq_len_k(p, b);
-    float lse, inv = FA_FN(finalize)(p, m, l, h, row0 + r / pk,
-                                     fa_diag_shift(p, b, sq, sk), sk, &lse);
-    FA_FN(store_row)(p, args, b, h, row0 + r / pk, acc, inv, lse);
+    float lse, inv = finalize(p, m, l, h, row0 + r / pk,
+                              fa_diag_shift(p, b, sq, sk), sk, &lse);
+    store_row(p, args, b, h, row0 + r / pk, acc, inv, lse);
   }
 }
 
-static int FA_FN(thread_id)(void) {
+static int thread_id(void) {
 #ifdef _OPENMP
   return omp_get_thread_num();
 #else
@@ -1027,7 +1009,7 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
                                 const fa_plan_data *plan,
                                 const fa_fwd_args *args) {
   fa_cpu_state *st = state;
-  const FA_FN(tiles) t = FA_FN(tiles_layout)(plan, 0);
+  const cpu_tiles t = tiles_layout(plan, 0);
   int nt = fa_cpu_threads(st);
   if ((int64_t)nt > plan->num_work) nt = (int)plan->num_work;
   if (nt < 1) nt = 1;
@@ -1039,43 +1021,41 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
   size_t merge_floats = splits > 1 ? (size_t)nt * acc_pitch : 0;
   size_t kv_floats = 0;
 #if FA_HAVE_DPBF16
-  FA_FN(kvpack) kv;
-  kv_floats = FA_FN(kvpack_plan)(p, plan, FA_SMALL_LANES, &kv);
+  cpu_kvpack kv;
+  kv_floats = kvpack_plan(p, plan, FA_SMALL_LANES, &kv);
 #else
   const void *const kvp = NULL; // (no bf16 products here)
 #endif
-  float *ws = fa_cpu_workspace(
-      st, sizeof(float) * (t.total * nt + ml_floats + po_floats +
-                           merge_floats + kv_floats));
+  float *ws = fa_cpu_workspace(st, sizeof(float) *
+                                       (t.total * nt + ml_floats + po_floats +
+                                        merge_floats + kv_floats));
   if (!ws) return FA_ERR_OUT_OF_MEMORY;
 #if FA_HAVE_DPBF16
-  kv.k = (uint32_t *)(ws + t.total * nt + ml_floats + po_floats +
-                      merge_floats);
+  kv.k = (uint32_t *)(ws + t.total * nt + ml_floats + po_floats + merge_floats);
   kv.v = kv.k + (size_t)p->a.batch * p->a.heads_kv * kv.rows * kv.ldk2;
   const void *const kvp = &kv;
 #endif
-  FA_FN(partials) part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
+  cpu_partials part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
   float *merge_acc = part.o + po_floats;
 
 #pragma omp parallel num_threads(nt)
   {
-    const int tid = FA_FN(thread_id)();
+    const int tid = thread_id();
     float *mine = ws + t.total * (size_t)tid;
 #if FA_HAVE_DPBF16
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < kv.items; i++)
-      FA_FN(kvpack_item)(p, plan, args, &kv, i);
-    // (implicit barrier: K and V are packed)
+    for (int64_t i = 0; i < kv.items; i++) kvpack_item(p, plan, args, &kv, i);
+      // (implicit barrier: K and V are packed)
 #endif
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < nwork; w++)
-      FA_FN(fwd_item)(p, plan, args, &t, mine, w, &part, kvp);
+      fwd_item(p, plan, args, &t, mine, w, &part, kvp);
     FA_TILE_STEP_END(); // the thread's tiles are free again
     if (splits > 1) {
       float *acc = merge_acc + acc_pitch * (size_t)tid;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t w = 0; w < nwork; w += splits)
-        FA_FN(fwd_merge)(p, plan, args, &part, acc, w);
+        fwd_merge(p, plan, args, &part, acc, w);
     }
   }
   return FA_OK;
@@ -1095,22 +1075,21 @@ fa_status FA_FN(fa_cpu_forward)(void *state, const fa_problem *p,
 // into a 16-bit dK/dV sequence by sequence rounded at every step and could
 // overflow to an infinity of the wrong sign: found by the long fuzz run.)
 
-typedef struct FA_FN(bwd) {
+typedef struct cpu_bwd {
   const fa_problem *p;
   const fa_plan_data *plan;
   const fa_bwd_args *args;
-  FA_FN(tiles) t;
+  cpu_tiles t;
   float *delta; // D, [batch][heads_q][seqlen_q]
   // Paged: compact index of each referenced page (-1: none), and the
   // floats of one kv head's fp32 dK/dV rows over those pages.
   const int32_t *page_slot;
   size_t page_floats;
   float *sink_part; // dsinks: each (batch, head)'s share, [batch][heads_q]
-} FA_FN(bwd);
+} cpu_bwd;
 
 /* Paged: the fp32 row of key j of sequence b in the page accumulator. */
-static float *FA_FN(page_row)(const FA_FN(bwd) * c, float *pacc, int b,
-                              int j) {
+static float *page_row(const cpu_bwd *c, float *pacc, int b, int j) {
   const fa_problem *p = c->p;
   const int ps = p->a.page_size;
   const int32_t page =
@@ -1119,12 +1098,11 @@ static float *FA_FN(page_row)(const FA_FN(bwd) * c, float *pacc, int b,
   return pacc + row * (size_t)(p->a.head_dim + p->a.head_dim_v);
 }
 
-static int64_t FA_FN(row_index)(const fa_problem *p, int b, int h, int i) {
+static int64_t row_index(const fa_problem *p, int b, int h, int i) {
   return ((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i;
 }
 
-static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
-                                 int h) {
+static void compute_delta(const cpu_bwd *c, float *ws, int b, int h) {
   const fa_problem *p = c->p;
   const fa_tensor *o = &c->args->o, *d_o = &c->args->d_o;
   const int sq = fa_seq_len_q(p, b), dv = p->a.head_dim_v;
@@ -1134,7 +1112,7 @@ static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
     vf_widen_row(rd, d_o->data, d_o->dtype, fa_q_offset(p, d_o, b, i, h), dv);
     float acc = 0.0f;
     for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
-    c->delta[FA_FN(row_index)(p, b, h, i)] = acc;
+    c->delta[row_index(p, b, h, i)] = acc;
   }
   // d loss / d sink = -sum_i P_sink(i) D_i, P_sink(i) = exp(sink - lse_i):
   // the sink takes probability mass from every row and gives back no value.
@@ -1142,7 +1120,7 @@ static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
     const float sink = p->a.sinks[h];
     float part = 0.0f;
     for (int i = 0; i < sq; i++) {
-      const int64_t at = FA_FN(row_index)(p, b, h, i);
+      const int64_t at = row_index(p, b, h, i);
       const float ps = sink == -INFINITY ? 0.0f : expf(sink - c->args->lse[at]);
       part -= ps * c->delta[at];
     }
@@ -1152,7 +1130,7 @@ static void FA_FN(compute_delta)(const FA_FN(bwd) * c, float *ws, int b,
 
 /* dsinks[h] from the (batch, head) shares, summed in batch order so the
    result does not depend on the threads. */
-static void FA_FN(store_dsinks)(const FA_FN(bwd) * c) {
+static void store_dsinks(const cpu_bwd *c) {
   const fa_problem *p = c->p;
   for (int h = 0; h < p->a.heads_q; h++) {
     float sum = 0.0f;
@@ -1168,15 +1146,14 @@ static void FA_FN(store_dsinks)(const FA_FN(bwd) * c) {
 /* Q-side tiles of (b, h, rows row0..): Q row-major and transposed, dO
    row-major and transposed, and per-row lse and D (query lanes past nr get
    lse 0 and D 0, so they produce P finite and dS = 0). */
-static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
-                               int row0, int nr) {
+static void load_q_side(const cpu_bwd *c, float *ws, int b, int h, int row0,
+                        int nr) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const int bq = t->bq;
-  FA_FN(load_q_rows)(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr,
-                     p->a.head_dim);
-  FA_FN(load_q_rows)(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
-                     p->a.head_dim_v);
+  load_q_rows(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr, p->a.head_dim);
+  load_q_rows(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
+              p->a.head_dim_v);
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim; d++)
       ws[t->qt + (size_t)d * bq + r] =
@@ -1187,19 +1164,19 @@ static void FA_FN(load_q_side)(const FA_FN(bwd) * c, float *ws, int b, int h,
           r < nr ? ws[t->d_o + (size_t)r * t->ldv + d] : 0.0f;
   float *lse = ws + t->m, *dl = ws + t->l;
   for (int r = 0; r < bq; r++) {
-    float x = r < nr ? c->args->lse[FA_FN(row_index)(p, b, h, row0 + r)] : 0.0f;
+    float x = r < nr ? c->args->lse[row_index(p, b, h, row0 + r)] : 0.0f;
     lse[r] = x == -INFINITY ? 0.0f : x; // such rows see no key: P = 0 anyway
-    dl[r] = r < nr ? c->delta[FA_FN(row_index)(p, b, h, row0 + r)] : 0.0f;
+    dl[r] = r < nr ? c->delta[row_index(p, b, h, row0 + r)] : 0.0f;
   }
 }
 
-static void FA_FN(load_k_side)(const FA_FN(bwd) * c, float *ws, int b, int hk,
-                               int col0, int nc) {
+static void load_k_side(const cpu_bwd *c, float *ws, int b, int hk, int col0,
+                        int nc) {
   const fa_problem *p = c->p;
-  FA_FN(load_k_rows)(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
-                     p->a.head_dim);
-  FA_FN(load_k_rows)(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
-                     p->a.head_dim_v);
+  load_k_rows(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
+              p->a.head_dim);
+  load_k_rows(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
+              p->a.head_dim_v);
 }
 
 /* With both sides loaded: P^T (in s) = exp(S^T - lse), dP^T = V.dO^T, and
@@ -1209,17 +1186,16 @@ static void FA_FN(load_k_side)(const FA_FN(bwd) * c, float *ws, int b, int hk,
    rounding would make P = exp(s - lse) overflow. Returns 1 when the tile
    meets a mask, with each lane's visible keys in the vis tile; masked
    entries of P and dS are then exactly 0. */
-static int FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
-                             int sq, int sk, int row0, int nr, int col0,
-                             int nc) {
+static int tile_grad(const cpu_bwd *c, float *ws, int b, int h, int sq, int sk,
+                     int row0, int nr, int col0, int nc) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const int bq = t->bq;
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
-  const FA_FN(lanes) ln = {h, 1, row0, nr, fa_diag_shift(p, b, sq, sk)};
-  FA_FN(scores)(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
-  FA_FN(gemm)(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq,
-              dp, bq, 0);
+  const cpu_lanes ln = {h, 1, row0, nr, fa_diag_shift(p, b, sq, sk)};
+  scores(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
+  gemm(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq, dp, bq,
+       0);
   const float *lse = ws + t->m, *dl = ws + t->l;
   for (int j = 0; j < nc; j++)
     for (int r = 0; r < bq; r += FA_VW) {
@@ -1230,13 +1206,13 @@ static int FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
                         vf_load(g + at));
       vf_store(dp + at, ds);
     }
-  if (!FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc)) return 0;
+  if (!tile_cut(p, &ln, sq, sk, col0, nc)) return 0;
   // A NaN lse or D (a row that attends to a NaN) or a NaN dP (NaN in V or
   // dO) would otherwise leak into masked entries through the formula.
   int *lo = (int *)(ws + t->vis), *hi = lo + bq;
-  FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, lo, hi);
-  FA_FN(zero_hidden)(s, bq, 1, nr, nc, lo, hi);
-  FA_FN(zero_hidden)(dp, bq, 1, nr, nc, lo, hi);
+  lane_keys(p, &ln, sq, sk, col0, nc, lo, hi);
+  zero_hidden(s, bq, 1, nr, nc, lo, hi);
+  zero_hidden(dp, bq, 1, nr, nc, lo, hi);
   return 1;
 }
 
@@ -1245,17 +1221,16 @@ static int FA_FN(tile_grad)(const FA_FN(bwd) * c, float *ws, int b, int h,
    q block of every head of the group reuses them, with Q and dO as stored:
      S = Q.(scale K^T),  dP = dO.V^T,  P = exp(S - lse),
      dS = P * (dP - D) * dscore,  dV += P^T.dO,  dK += dS^T.Q. */
-static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
-                                  int hk, int kb) {
+static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
   const int64_t shift = fa_diag_shift(p, b, sq, sk);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
   const int bq = t->bq, bk = t->bk, dim = p->a.head_dim, dv = p->a.head_dim_v;
   memset(ws + t->acc, 0, sizeof(float) * (size_t)bk * t->ld);
   memset(ws + t->accv, 0, sizeof(float) * (size_t)bk * t->ldv);
-  FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
+  load_k_side(c, ws, b, hk, col0, nc);
   float *kt = ws + t->kt, *vt = ws + t->vt;
   for (int j = 0; j < nc; j++) {
     const float *kr = ws + t->k + (size_t)j * t->ld,
@@ -1266,7 +1241,7 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
   float *q = ws + t->q, *d_o = ws + t->d_o;
   int *lo = (int *)(ws + t->vis), *hi = lo + bq;
-  const FA_FN(slayout) sl = {1, bk, 0};
+  const cpu_slayout sl = {1, bk, 0};
   const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
     for (int qb = 0; qb < nqb; qb++) {
@@ -1274,16 +1249,16 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
       fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
       if (kb < kb0 || kb >= kb1) continue;
       const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
-      FA_FN(load_q_rows)(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
-      FA_FN(load_q_rows)(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
-      FA_FN(gemm)(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
-      const FA_FN(lanes) ln = {h, 1, row0, nr, shift};
-      FA_FN(slayout) sl_r = sl;
+      load_q_rows(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
+      load_q_rows(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
+      gemm(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
+      const cpu_lanes ln = {h, 1, row0, nr, shift};
+      cpu_slayout sl_r = sl;
       sl_r.grad_lanes = nr;
-      FA_FN(scores_post)(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
-      FA_FN(gemm)(nr, nc, dv, d_o, t->ldv, 1, vt, bk, dp, bk, 0);
+      scores_post(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
+      gemm(nr, nc, dv, d_o, t->ldv, 1, vt, bk, dp, bk, 0);
       for (int r = 0; r < nr; r++) {
-        const int64_t at = FA_FN(row_index)(p, b, h, row0 + r);
+        const int64_t at = row_index(p, b, h, row0 + r);
         const float lse = c->args->lse[at];
         // A row that sees no key has lse = -inf and only masked scores:
         // exp(-inf - 0) = 0 keeps it out of every sum.
@@ -1304,31 +1279,30 @@ static void FA_FN(kv_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
       // dV += P^T.dO, dK += dS^T.Q. Where the tile meets a mask: masked P
       // and dS exactly 0, and only visible pairs multiplied when dO or Q
       // holds inf or NaN (as in the forward).
-      const int cut = FA_FN(tile_cut)(p, &ln, sq, sk, col0, nc);
+      const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
       if (cut) {
-        FA_FN(lane_keys)(p, &ln, sq, sk, col0, nc, lo, hi);
-        FA_FN(zero_hidden)(s, 1, bk, nr, nc, lo, hi);
-        FA_FN(zero_hidden)(dp, 1, bk, nr, nc, lo, hi);
+        lane_keys(p, &ln, sq, sk, col0, nc, lo, hi);
+        zero_hidden(s, 1, bk, nr, nc, lo, hi);
+        zero_hidden(dp, 1, bk, nr, nc, lo, hi);
       }
-      if (cut && FA_FN(any_nonfinite)(d_o, t->ldv, nr, dv))
-        FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, t->ldv,
-                            ws + t->accv, t->ldv, 1);
+      if (cut && any_nonfinite(d_o, t->ldv, nr, dv))
+        gemm_visible(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, t->ldv, ws + t->accv,
+                     t->ldv, 1);
       else
-        FA_FN(gemm)(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv,
-                    1);
-      if (cut && FA_FN(any_nonfinite)(q, t->ld, nr, dim))
-        FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, t->ld,
-                            ws + t->acc, t->ld, 1);
+        gemm(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv, 1);
+      if (cut && any_nonfinite(q, t->ld, nr, dim))
+        gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, t->ld, ws + t->acc,
+                     t->ld, 1);
       else
-        FA_FN(gemm)(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
+        gemm(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
     }
 }
 
 /* Store one gradient row g[0..n) at element off of t, or with
    FA_BACKWARD_ACCUMULATE add it: old + g in fp32, rounded once to t's
    dtype (the header's rule). */
-static void FA_FN(store_grad)(const fa_problem *p, const fa_tensor *t,
-                              int64_t off, const float *g, int n) {
+static void store_grad(const fa_problem *p, const fa_tensor *t, int64_t off,
+                       const float *g, int n) {
   if (p->a.backward_mode != FA_BACKWARD_ACCUMULATE) {
     fa_store_row(t->data, t->dtype, off, g, n);
     return;
@@ -1339,10 +1313,10 @@ static void FA_FN(store_grad)(const fa_problem *p, const fa_tensor *t,
 }
 
 /* Write the dK/dV rows of a kv block (dense and varlen K/V). */
-static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
-                                  int b, int hk, int kb) {
+static void store_kv_block(const cpu_bwd *c, const float *ws, int b, int hk,
+                           int kb) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
   const int sk = fa_seq_len_k(p, b);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
@@ -1351,20 +1325,20 @@ static void FA_FN(store_kv_block)(const FA_FN(bwd) * c, const float *ws,
     int64_t ov = fa_k_offset(p, dvt, b, col0 + j, hk);
     const float *a = ws + t->acc + (size_t)j * t->ld;
     const float *av = ws + t->accv + (size_t)j * t->ldv;
-    FA_FN(store_grad)(p, dk, ok, a, p->a.head_dim);
-    FA_FN(store_grad)(p, dvt, ov, av, p->a.head_dim_v);
+    store_grad(p, dk, ok, a, p->a.head_dim);
+    store_grad(p, dvt, ov, av, p->a.head_dim_v);
   }
 }
 
 /* Paged: add the dK/dV rows of a kv block to the page accumulator. */
-static void FA_FN(add_kv_block)(const FA_FN(bwd) * c, const float *ws,
-                                float *pacc, int b, int kb) {
+static void add_kv_block(const cpu_bwd *c, const float *ws, float *pacc, int b,
+                         int kb) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const int sk = fa_seq_len_k(p, b), dim = p->a.head_dim;
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
   for (int j = 0; j < nc; j++) {
-    float *row = FA_FN(page_row)(c, pacc, b, col0 + j);
+    float *row = page_row(c, pacc, b, col0 + j);
     const float *a = ws + t->acc + (size_t)j * t->ld;
     const float *av = ws + t->accv + (size_t)j * t->ldv;
     for (int d = 0; d < dim; d++) row[d] += a[d];
@@ -1376,24 +1350,23 @@ static void FA_FN(add_kv_block)(const FA_FN(bwd) * c, const float *ws,
    named twice is stored twice, with the same value; accumulating, it is
    added once: its accumulator row is cleared after the add, so the second
    visit adds zeros). */
-static void FA_FN(store_pages)(const FA_FN(bwd) * c, float *pacc, int hk) {
+static void store_pages(const cpu_bwd *c, float *pacc, int hk) {
   const fa_problem *p = c->p;
   const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
   const int dim = p->a.head_dim, dv = p->a.head_dim_v;
   const int acc = p->a.backward_mode == FA_BACKWARD_ACCUMULATE;
   for (int b = 0; b < p->a.batch; b++)
     for (int j = 0; j < fa_seq_len_k(p, b); j++) {
-      float *row = FA_FN(page_row)(c, pacc, b, j);
-      FA_FN(store_grad)(p, dk, fa_k_offset(p, dk, b, j, hk), row, dim);
-      FA_FN(store_grad)(p, dvt, fa_k_offset(p, dvt, b, j, hk), row + dim, dv);
+      float *row = page_row(c, pacc, b, j);
+      store_grad(p, dk, fa_k_offset(p, dk, b, j, hk), row, dim);
+      store_grad(p, dvt, fa_k_offset(p, dvt, b, j, hk), row + dim, dv);
       if (acc) memset(row, 0, sizeof(float) * (size_t)(dim + dv));
     }
 }
 
 /* Zero dK/dV rows: keys [j0, j1) of sequence b (dense rows past seqused_k
    get zero gradient; accumulating adds nothing to them). */
-static void FA_FN(zero_kv_rows)(const FA_FN(bwd) * c, int b, int hk, int j0,
-                                int j1) {
+static void zero_kv_rows(const cpu_bwd *c, int b, int hk, int j0, int j1) {
   const fa_problem *p = c->p;
   if (p->a.backward_mode == FA_BACKWARD_ACCUMULATE) return;
   const fa_tensor *ts[2] = {&c->args->dk, &c->args->dv};
@@ -1406,10 +1379,9 @@ static void FA_FN(zero_kv_rows)(const FA_FN(bwd) * c, int b, int hk, int j0,
     }
 }
 
-static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
-                                 int h, int qb) {
+static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
   const fa_problem *p = c->p;
-  const FA_FN(tiles) *t = &c->t;
+  const cpu_tiles *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
   const int bq = t->bq, row0 = qb * bq;
   if (row0 >= sq) return;
@@ -1417,37 +1389,35 @@ static void FA_FN(q_block_grads)(const FA_FN(bwd) * c, float *ws, int b,
   const int dim = p->a.head_dim, hk = h / p->group;
   float *acc = ws + t->acc;
   memset(acc, 0, sizeof(float) * (size_t)bq * t->ld);
-  FA_FN(load_q_side)(c, ws, b, h, row0, nr);
+  load_q_side(c, ws, b, h, row0, nr);
   int kb0, kb1;
   fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, qb, &kb0,
                     &kb1);
   for (int kb = kb0; kb < kb1; kb++) {
     const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-    FA_FN(load_k_side)(c, ws, b, hk, col0, nc);
-    const int cut = FA_FN(tile_grad)(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+    load_k_side(c, ws, b, hk, col0, nc);
+    const int cut = tile_grad(c, ws, b, h, sq, sk, row0, nr, col0, nc);
     // dQ[r][:] += sum_c dS^T[c][r] K[c][:], over visible pairs only where
     // masked dS = 0 would meet an inf or NaN in K.
-    if (cut && FA_FN(any_nonfinite)(ws + t->k, t->ld, nc, dim)) {
+    if (cut && any_nonfinite(ws + t->k, t->ld, nc, dim)) {
       const int *lo = (const int *)(ws + t->vis), *hi = lo + bq;
-      FA_FN(gemm_visible)(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq,
-                          ws + t->k, t->ld, acc, t->ld, 0);
+      gemm_visible(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq, ws + t->k, t->ld,
+                   acc, t->ld, 0);
     } else {
-      FA_FN(gemm)(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc,
-                  t->ld, 1);
+      gemm(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc, t->ld, 1);
     }
   }
   const fa_tensor *dq = &c->args->dq;
   for (int r = 0; r < nr; r++)
-    FA_FN(store_grad)(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
-                      acc + (size_t)r * t->ld, dim);
+    store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
+               acc + (size_t)r * t->ld, dim);
 }
 
 fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
                                  const fa_plan_data *plan,
                                  const fa_bwd_args *args) {
   fa_cpu_state *st = state;
-  FA_FN(bwd) c = {p,    plan, args, FA_FN(tiles_layout)(plan, 1),
-                  NULL, NULL, 0,    NULL};
+  cpu_bwd c = {p, plan, args, tiles_layout(plan, 1), NULL, NULL, 0, NULL};
   const int B = p->a.batch, HQ = p->a.heads_q, HK = p->a.heads_kv;
   const int nkb = plan->num_k_blocks, nqb = plan->num_q_blocks;
   int nt = fa_cpu_threads(st);
@@ -1472,14 +1442,13 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
         if (page_slot[bt[blk]] < 0) page_slot[bt[blk]] = (int32_t)n_ref++;
     }
     c.page_slot = page_slot;
-    c.page_floats = (n_ref * (size_t)ps *
-                         ((size_t)p->a.head_dim + p->a.head_dim_v) +
-                     15) / 16 * 16;
+    c.page_floats =
+        (n_ref * (size_t)ps * ((size_t)p->a.head_dim + p->a.head_dim_v) + 15) /
+        16 * 16;
   }
   size_t per_thread = tile_floats + c.page_floats;
-  float *ws = fa_cpu_workspace(
-      st, sizeof(float) *
-              (delta_floats + sink_floats + per_thread * (size_t)nt));
+  float *ws = fa_cpu_workspace(st, sizeof(float) * (delta_floats + sink_floats +
+                                                    per_thread * (size_t)nt));
   if (!ws) {
     free(page_slot);
     return FA_ERR_OUT_OF_MEMORY;
@@ -1493,11 +1462,11 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
 
 #pragma omp parallel num_threads(nt)
   {
-    float *mine = tiles + per_thread * (size_t)FA_FN(thread_id)();
+    float *mine = tiles + per_thread * (size_t)thread_id();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_bh; i++)
-      FA_FN(compute_delta)(&c, mine, (int)(i / HQ), (int)(i % HQ));
-    // (implicit barrier: every D is ready)
+      compute_delta(&c, mine, (int)(i / HQ), (int)(i % HQ));
+      // (implicit barrier: every D is ready)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_kv; i++) {
       if (p->paged) {
@@ -1506,10 +1475,10 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
         memset(pacc, 0, sizeof(float) * c.page_floats);
         for (int b = 0; b < B; b++)
           for (int kb = 0; kb * c.t.bk < fa_seq_len_k(p, b); kb++) {
-            FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
-            FA_FN(add_kv_block)(&c, mine, pacc, b, kb);
+            kv_block_grads(&c, mine, b, hk, kb);
+            add_kv_block(&c, mine, pacc, b, kb);
           }
-        FA_FN(store_pages)(&c, pacc, hk);
+        store_pages(&c, pacc, hk);
       } else {
         const int kb = (int)(i % nkb), hk = (int)(i / nkb % HK),
                   b = (int)(i / nkb / HK);
@@ -1518,20 +1487,20 @@ fa_status FA_FN(fa_cpu_backward)(void *state, const fa_problem *p,
           int rows = p->varlen_k
                          ? p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b]
                          : p->a.seqlen_k;
-          FA_FN(zero_kv_rows)(&c, b, hk, sk, rows);
+          zero_kv_rows(&c, b, hk, sk, rows);
         }
         if (kb * c.t.bk < sk) {
-          FA_FN(kv_block_grads)(&c, mine, b, hk, kb);
-          FA_FN(store_kv_block)(&c, mine, b, hk, kb);
+          kv_block_grads(&c, mine, b, hk, kb);
+          store_kv_block(&c, mine, b, hk, kb);
         }
       }
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_q; i++)
-      FA_FN(q_block_grads)(&c, mine, (int)(i / nqb / HQ),
-                           (int)(i / nqb % HQ), (int)(i % nqb));
+      q_block_grads(&c, mine, (int)(i / nqb / HQ), (int)(i / nqb % HQ),
+                    (int)(i % nqb));
   }
   free(page_slot);
-  if (want_dsinks) FA_FN(store_dsinks)(&c);
+  if (want_dsinks) store_dsinks(&c);
   return FA_OK;
 }

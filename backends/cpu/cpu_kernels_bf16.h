@@ -13,12 +13,10 @@
 #ifndef FA_TILE_STEP_HEADER // (another step needs only pair_rows)
 
 /* One R x N-vector micro-tile of C (+)= A.B over k pairs. */
-FA_ALWAYS_INLINE void FA_FN(micro_bf16)(const int R, const int N,
-                                        const int tail, int k,
-                                        const uint32_t *A, int64_t rs,
-                                        int64_t cs, const uint32_t *B,
-                                        int64_t ldb, float *C, int64_t ldc,
-                                        int accumulate) {
+FA_ALWAYS_INLINE void micro_bf16(const int R, const int N, const int tail,
+                                 int k, const uint32_t *A, int64_t rs,
+                                 int64_t cs, const uint32_t *B, int64_t ldb,
+                                 float *C, int64_t ldc, int accumulate) {
   __m512 acc[FA_MR][FA_NV];
   const __mmask16 last = (__mmask16)((1u << (tail ? tail : 16)) - 1u);
 #pragma GCC unroll 8
@@ -26,7 +24,7 @@ FA_ALWAYS_INLINE void FA_FN(micro_bf16)(const int R, const int N,
 #pragma GCC unroll 8
     for (int v = 0; v < N; v++) {
       const float *c = C + i * ldc + v * 16;
-      acc[i][v] = !accumulate ? _mm512_setzero_ps()
+      acc[i][v] = !accumulate            ? _mm512_setzero_ps()
                   : (tail && v == N - 1) ? _mm512_maskz_loadu_ps(last, c)
                                          : _mm512_loadu_ps(c);
     }
@@ -58,40 +56,37 @@ FA_ALWAYS_INLINE void FA_FN(micro_bf16)(const int R, const int N,
     }
 }
 
-FA_ALWAYS_INLINE void FA_FN(micro_bf16_rows)(const int N, const int tail,
-                                             int m, int k, const uint32_t *A,
-                                             int64_t rs, int64_t cs,
-                                             const uint32_t *B, int64_t ldb,
-                                             float *C, int64_t ldc, int acc) {
+FA_ALWAYS_INLINE void micro_bf16_rows(const int N, const int tail, int m, int k,
+                                      const uint32_t *A, int64_t rs, int64_t cs,
+                                      const uint32_t *B, int64_t ldb, float *C,
+                                      int64_t ldc, int acc) {
   int i = 0;
   for (; i + FA_MR <= m; i += FA_MR)
-    FA_FN(micro_bf16)(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb,
-                      C + i * ldc, ldc, acc);
+    micro_bf16(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
+               acc);
   for (; i < m; i++) // rare: tile heights are multiples of FA_MR in practice
-    FA_FN(micro_bf16)(1, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc,
-                      ldc, acc);
+    micro_bf16(1, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc,
+               acc);
 }
 
 /* C[m][n] (+)= sum over k pairs of A[i*rs + p*cs] . B[p*ldb + j]. */
-static void FA_FN(gemm_bf16)(int m, int n, int k, const uint32_t *A,
-                             int64_t rs, int64_t cs, const uint32_t *B,
-                             int64_t ldb, float *C, int64_t ldc, int acc) {
+static void gemm_bf16(int m, int n, int k, const uint32_t *A, int64_t rs,
+                      int64_t cs, const uint32_t *B, int64_t ldb, float *C,
+                      int64_t ldc, int acc) {
   const int chunk = FA_NV * 16;
   int j = 0;
   for (; j + chunk <= n; j += chunk)
-    FA_FN(micro_bf16_rows)(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc,
-                           acc);
+    micro_bf16_rows(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc);
   for (; j < n; j += 16) { // the rest, one vector at a time
     const int left = n - j;
-    FA_FN(micro_bf16_rows)(1, left >= 16 ? 0 : left, m, k, A, rs, cs, B + j,
-                           ldb, C + j, ldc, acc);
+    micro_bf16_rows(1, left >= 16 ? 0 : left, m, k, A, rs, cs, B + j, ldb,
+                    C + j, ldc, acc);
   }
 }
 
 /* P^T (fp32, [keys][lanes]) to bf16 pairs along keys: out[e][r] holds keys
    2e and 2e+1 of lane r; an odd last key is paired with zero. */
-static void FA_FN(pack_p_bf16)(uint32_t *out, const float *s, int bq,
-                               int nc) {
+static void pack_p_bf16(uint32_t *out, const float *s, int bq, int nc) {
   for (int e = 0; e < (nc + 1) / 2; e++) {
     const float *r0 = s + (size_t)(2 * e) * bq;
     const float *r1 = 2 * e + 1 < nc ? r0 + bq : NULL;
@@ -111,14 +106,15 @@ static void FA_FN(pack_p_bf16)(uint32_t *out, const float *s, int bq,
 
 /* Pair two rows of 16-bit values: out[x] = lo[x] | hi[x] << 16 (hi NULL =
    zero), n values. */
-static void FA_FN(pair_rows)(uint32_t *out, const uint16_t *lo,
-                             const uint16_t *hi, int n) {
+static void pair_rows(uint32_t *out, const uint16_t *lo, const uint16_t *hi,
+                      int n) {
   int x = 0;
   for (; x + 16 <= n; x += 16) {
-    __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(lo + x)));
-    __m512i b = hi ? _mm512_cvtepu16_epi32(
-                         _mm256_loadu_si256((const void *)(hi + x)))
-                   : _mm512_setzero_si512();
+    __m512i a =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(lo + x)));
+    __m512i b =
+        hi ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(hi + x)))
+           : _mm512_setzero_si512();
     _mm512_storeu_si512(out + x, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
   }
   for (; x < n; x++) out[x] = lo[x] | (hi ? (uint32_t)hi[x] << 16 : 0u);
@@ -129,16 +125,16 @@ static void FA_FN(pair_rows)(uint32_t *out, const uint16_t *lo,
    rows as stored, padded to ldk2 pairs; V as pairs of consecutive keys.
    Keys past a sequence's length, up to rows (whole 32-key tiles past the
    last block), are zero, so any tile a product reads is finite. */
-typedef struct FA_FN(kvpack) {
+typedef struct cpu_kvpack {
   uint32_t *k, *v; // [batch][heads_kv][rows][ldk2], [..][rows / 2][ldv2]
   int rows, ldk2, ldv2;
   int64_t items; // pack work items: (batch, kv head, kv block)
-} FA_FN(kvpack);
+} cpu_kvpack;
 
 /* Fill kv's shape; the floats it needs (0: no pack, every tile of the
    problem is a small one, which reads K/V rows as stored). */
-static size_t FA_FN(kvpack_plan)(const fa_problem *p, const fa_plan_data *plan,
-                                 int small_lanes, FA_FN(kvpack) * kv) {
+static size_t kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
+                          int small_lanes, cpu_kvpack *kv) {
   memset(kv, 0, sizeof *kv);
   const int rows_max =
       p->a.seqlen_q < plan->block_rows ? p->a.seqlen_q : plan->block_rows;
@@ -155,9 +151,9 @@ static size_t FA_FN(kvpack_plan)(const fa_problem *p, const fa_plan_data *plan,
 }
 
 /* Pack item i: kv block kb of (b, hk), the padding rows with the last. */
-static void FA_FN(kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
-                               const fa_fwd_args *args,
-                               const FA_FN(kvpack) * kv, int64_t i) {
+static void kvpack_item(const fa_problem *p, const fa_plan_data *plan,
+                        const fa_fwd_args *args, const cpu_kvpack *kv,
+                        int64_t i) {
   const int nkb = plan->num_k_blocks, bk = plan->block_k;
   const int kb = (int)(i % nkb), hk = (int)(i / nkb % p->a.heads_kv),
             b = (int)(i / nkb / p->a.heads_kv);
@@ -178,11 +174,11 @@ static void FA_FN(kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
     if (2 * e >= sk)
       memset(vr, 0, sizeof(uint32_t) * (size_t)dv);
     else
-      FA_FN(pair_rows)(vr, vb16 + fa_k_offset(p, &args->v, b, 2 * e, hk),
-                       2 * e + 1 < sk ? vb16 + fa_k_offset(p, &args->v, b,
-                                                           2 * e + 1, hk)
-                                      : NULL,
-                       dv);
+      pair_rows(vr, vb16 + fa_k_offset(p, &args->v, b, 2 * e, hk),
+                2 * e + 1 < sk
+                    ? vb16 + fa_k_offset(p, &args->v, b, 2 * e + 1, hk)
+                    : NULL,
+                dv);
   }
 }
 
@@ -193,10 +189,10 @@ static void FA_FN(kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
    Scores: S^T[nc][bq] = scale K2.Q2^T over dpairs pairs (K2 rows of ldk2
    pairs, Q^T as [dpairs][bq] pairs). K2 rows past nc, up to whole tiles of
    the step, may be read: the pack keeps them finite. */
-static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
-                               int64_t ldk2, const uint32_t *qt2, float *s,
-                               float scale) {
-  FA_FN(gemm_bf16)(nc, bq, dpairs, k2, ldk2, 1, qt2, bq, s, bq, 0);
+static void bf16_scores(int nc, int bq, int dpairs, const uint32_t *k2,
+                        int64_t ldk2, const uint32_t *qt2, float *s,
+                        float scale) {
+  gemm_bf16(nc, bq, dpairs, k2, ldk2, 1, qt2, bq, s, bq, 0);
   const __m512 sc = _mm512_set1_ps(scale);
   for (size_t x = 0; x < (size_t)nc * bq; x += 16)
     _mm512_storeu_ps(s + x, _mm512_mul_ps(_mm512_loadu_ps(s + x), sc));
@@ -207,11 +203,11 @@ static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
    pair row). Pair rows past (nc + 1) / 2 are another block's keys: a step
    that reads whole tiles copies the last partial one to scratch (16 pair
    rows of ldv2) and zeroes the rest. */
-static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const uint32_t *p2,
-                           const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
-                           float *o, int64_t ldo) {
+static void bf16_pv(int nr, int dv, int nc, int bq, const uint32_t *p2,
+                    const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
+                    float *o, int64_t ldo) {
   (void)scratch;
-  FA_FN(gemm_bf16)(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, ldo, 1);
+  gemm_bf16(nr, dv, (nc + 1) / 2, p2, 1, bq, v2, ldv2, o, ldo, 1);
 }
 #endif
 

@@ -25,17 +25,17 @@
    element offsets of its K and V rows for the first kv head of the tile
    (another kv head adds its stride_head), and per kv head of the tile the
    factor that vf_fp8_scaled multiplies by. */
-typedef struct FA_FN(fp8_rows) {
+typedef struct cpu_fp8_rows {
   int e5m2;
   int64_t koff[FA_FP8_ROW_KEYS], voff[FA_FP8_ROW_KEYS];
   float kx[FA_MAX_KV_TILES], vx[FA_MAX_KV_TILES];
-} FA_FN(fp8_rows);
+} cpu_fp8_rows;
 
 /* 1 if the small path of this work item (kv heads hk .. hk + kvt) may read
    FP8 rows in place; fills the factors. */
-static int FA_FN(fp8_rows_plan)(const fa_problem *p, const FA_FN(tiles) * t,
-                                const fa_fwd_args *args, int b, int hk, int kvt,
-                                FA_FN(fp8_rows) * fr) {
+static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
+                         const fa_fwd_args *args, int b, int hk, int kvt,
+                         cpu_fp8_rows *fr) {
   fr->e5m2 = p->dtype == FA_E5M2;
   if (!FA_FP8_ROWS || !fa_dtype_is_fp8(p->dtype) || t->bk > FA_FP8_ROW_KEYS ||
       p->a.head_dim % FA_VW || p->a.head_dim_v % FA_VW)
@@ -53,9 +53,8 @@ static int FA_FN(fp8_rows_plan)(const fa_problem *p, const FA_FN(tiles) * t,
 
 /* The row offsets of keys [col0, col0 + nc) (one block-table lookup per
    key, shared by every kv head). */
-static void FA_FN(fp8_rows_block)(const fa_problem *p, const fa_fwd_args *args,
-                                  int b, int hk, int col0, int nc,
-                                  FA_FN(fp8_rows) * fr) {
+static void fp8_rows_block(const fa_problem *p, const fa_fwd_args *args, int b,
+                           int hk, int col0, int nc, cpu_fp8_rows *fr) {
   for (int c = 0; c < nc; c++) {
     fr->koff[c] = fa_k_offset(p, &args->k, b, col0 + c, hk);
     fr->voff[c] = fa_k_offset(p, &args->v, b, col0 + c, hk);
@@ -68,8 +67,7 @@ static void FA_FN(fp8_rows_block)(const fa_problem *p, const fa_fwd_args *args,
    need no care: they are an f16's). */
 enum { FA_FP8_E4M3_RAW = 0, FA_FP8_E4M3 = 1, FA_FP8_E5M2 = 2 };
 
-FA_ALWAYS_INLINE fa_vf FA_FN(fp8_vec)(const int kind, const uint8_t *p,
-                                      fa_vf x) {
+FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *p, fa_vf x) {
   return kind == FA_FP8_E4M3_RAW ? vf_e4m3_scaled_raw(p, x)
                                  : vf_fp8_scaled(p, kind == FA_FP8_E5M2, x);
 }
@@ -80,10 +78,12 @@ FA_ALWAYS_INLINE fa_vf FA_FN(fp8_vec)(const int kind, const uint8_t *p,
    (q . k is NaN whatever q is): its dot products are computed from the
    raw decode and then replaced. Asks for the K rows a few keys ahead and
    for each key's V row, which P.V reads next. */
-FA_ALWAYS_INLINE void FA_FN(scores_fp8_kind)(
-    const int e5m2, const int d, const int dv, const int ld, const int bq,
-    const float *qr, float *s, const uint8_t *kb, const uint8_t *vb,
-    const FA_FN(fp8_rows) * fr, fa_vf kx, int nc, int lane0, int nr) {
+FA_ALWAYS_INLINE void scores_fp8_kind(const int e5m2, const int d, const int dv,
+                                      const int ld, const int bq,
+                                      const float *qr, float *s,
+                                      const uint8_t *kb, const uint8_t *vb,
+                                      const cpu_fp8_rows *fr, fa_vf kx, int nc,
+                                      int lane0, int nr) {
   const int kind = e5m2 ? FA_FP8_E5M2 : FA_FP8_E4M3_RAW;
   for (int c = 0; c < nc; c++) {
     const uint8_t *kr = kb + fr->koff[c];
@@ -97,7 +97,7 @@ FA_ALWAYS_INLINE void FA_FN(scores_fp8_kind)(
       const float *q0 = qr + (size_t)r0 * ld;
       fa_vf a[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
       for (int i = 0; i < d; i += FA_VW) {
-        const fa_vf kv = FA_FN(fp8_vec)(kind, kr + i, kx);
+        const fa_vf kv = fp8_vec(kind, kr + i, kx);
 #pragma GCC unroll 4
         for (int y = 0; y < 4; y++)
           a[y] = vf_fma(vf_load(q0 + (size_t)y * ld + i), kv, a[y]);
@@ -112,22 +112,19 @@ FA_ALWAYS_INLINE void FA_FN(scores_fp8_kind)(
 
 /* S^T[c][r] = q_r . (descaled k_c) for lanes [lane0, lane0 + nr) of kv head
    hk + x. */
-static void FA_FN(scores_fp8)(const fa_problem *p, const FA_FN(tiles) * t,
-                              float *ws, const fa_fwd_args *args,
-                              const FA_FN(fp8_rows) * fr, int x, int nc,
-                              int lane0, int nr) {
+static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
+                       const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
+                       int nc, int lane0, int nr) {
   const uint8_t *kb = (const uint8_t *)args->k.data + x * args->k.stride_head;
   const uint8_t *vb = (const uint8_t *)args->v.data + x * args->v.stride_head;
   const float *qr = ws + t->qr + (size_t)lane0 * t->ld;
   const fa_vf kx = vf_set1(fr->kx[x]);
   if (fr->e5m2)
-    FA_FN(scores_fp8_kind)
-    (1, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr, ws + t->s, kb, vb, fr,
-     kx, nc, lane0, nr);
+    scores_fp8_kind(1, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr,
+                    ws + t->s, kb, vb, fr, kx, nc, lane0, nr);
   else
-    FA_FN(scores_fp8_kind)
-    (0, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr, ws + t->s, kb, vb, fr,
-     kx, nc, lane0, nr);
+    scores_fp8_kind(0, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr,
+                    ws + t->s, kb, vb, fr, kx, nc, lane0, nr);
 }
 
 /* O[r][:] += P^T[c][r] (descaled v_c) for N lanes from r0 sharing the
@@ -135,12 +132,11 @@ static void FA_FN(scores_fp8)(const fa_problem *p, const FA_FN(tiles) * t,
    adds nothing, not even 0 * NaN). Dims outer, keys inner: the N
    accumulators of a vector of dims stay in registers over the keys, and
    each V vector is widened once for all N lanes. */
-FA_ALWAYS_INLINE void FA_FN(pv_fp8_lanes)(const int kind, const int N,
-                                          const FA_FN(tiles) * t,
-                                          const float *s, const uint8_t *vb,
-                                          const FA_FN(fp8_rows) * fr, fa_vf vx,
-                                          int dv, int r0, int lo, int hi,
-                                          float *o) {
+FA_ALWAYS_INLINE void pv_fp8_lanes(const int kind, const int N,
+                                   const cpu_tiles *t, const float *s,
+                                   const uint8_t *vb, const cpu_fp8_rows *fr,
+                                   fa_vf vx, int dv, int r0, int lo, int hi,
+                                   float *o) {
   const int bq = t->bq, ldo = t->ldv;
   for (int i = 0; i < dv; i += FA_VW) {
     fa_vf acc[4];
@@ -148,7 +144,7 @@ FA_ALWAYS_INLINE void FA_FN(pv_fp8_lanes)(const int kind, const int N,
     for (int y = 0; y < N; y++)
       acc[y] = vf_load(o + (size_t)(r0 + y) * ldo + i);
     for (int c = lo; c < hi; c++) {
-      const fa_vf vv = FA_FN(fp8_vec)(kind, vb + fr->voff[c] + i, vx);
+      const fa_vf vv = fp8_vec(kind, vb + fr->voff[c] + i, vx);
       const float *pc = s + (size_t)c * bq + r0;
 #pragma GCC unroll 4
       for (int y = 0; y < N; y++) acc[y] = vf_fma(vf_set1(pc[y]), vv, acc[y]);
@@ -160,23 +156,22 @@ FA_ALWAYS_INLINE void FA_FN(pv_fp8_lanes)(const int kind, const int N,
 }
 
 /* The N-lane groups of one decoding kind. */
-FA_ALWAYS_INLINE void FA_FN(pv_fp8_kind)(const int kind, const FA_FN(tiles) * t,
-                                         const float *s, const uint8_t *vb,
-                                         const FA_FN(fp8_rows) * fr, fa_vf vx,
-                                         int dv, int r, int n, int lo, int hi,
-                                         float *o) {
+FA_ALWAYS_INLINE void pv_fp8_kind(const int kind, const cpu_tiles *t,
+                                  const float *s, const uint8_t *vb,
+                                  const cpu_fp8_rows *fr, fa_vf vx, int dv,
+                                  int r, int n, int lo, int hi, float *o) {
   switch (n) {
   case 4:
-    FA_FN(pv_fp8_lanes)(kind, 4, t, s, vb, fr, vx, dv, r, lo, hi, o);
+    pv_fp8_lanes(kind, 4, t, s, vb, fr, vx, dv, r, lo, hi, o);
     break;
   case 3:
-    FA_FN(pv_fp8_lanes)(kind, 3, t, s, vb, fr, vx, dv, r, lo, hi, o);
+    pv_fp8_lanes(kind, 3, t, s, vb, fr, vx, dv, r, lo, hi, o);
     break;
   case 2:
-    FA_FN(pv_fp8_lanes)(kind, 2, t, s, vb, fr, vx, dv, r, lo, hi, o);
+    pv_fp8_lanes(kind, 2, t, s, vb, fr, vx, dv, r, lo, hi, o);
     break;
   default:
-    FA_FN(pv_fp8_lanes)(kind, 1, t, s, vb, fr, vx, dv, r, lo, hi, o);
+    pv_fp8_lanes(kind, 1, t, s, vb, fr, vx, dv, r, lo, hi, o);
     break;
   }
 }
@@ -185,10 +180,9 @@ FA_ALWAYS_INLINE void FA_FN(pv_fp8_kind)(const int kind, const FA_FN(tiles) * t,
    time, a lane alone where its visible keys differ from its neighbours'
    (rows of a speculative step packed in one tile). e4m3 V rows are
    decoded raw unless one of the visible rows holds a NaN code. */
-static void FA_FN(pv_fp8)(const fa_problem *p, const FA_FN(tiles) * t,
-                          float *ws, const fa_fwd_args *args,
-                          const FA_FN(fp8_rows) * fr, int x, int lane0, int nr,
-                          const int *lo, const int *hi, float *o) {
+static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
+                   const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
+                   int lane0, int nr, const int *lo, const int *hi, float *o) {
   const int dv = p->a.head_dim_v;
   const uint8_t *vb = (const uint8_t *)args->v.data + x * args->v.stride_head;
   const float *s = ws + t->s;
@@ -203,14 +197,11 @@ static void FA_FN(pv_fp8)(const fa_problem *p, const FA_FN(tiles) * t,
     for (int c = lo[r]; !fr->e5m2 && !nan && c < hi[r]; c++)
       nan = vf_e4m3_any_nan(vb + fr->voff[c], dv);
     if (fr->e5m2)
-      FA_FN(pv_fp8_kind)
-      (FA_FP8_E5M2, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+      pv_fp8_kind(FA_FP8_E5M2, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     else if (nan)
-      FA_FN(pv_fp8_kind)
-      (FA_FP8_E4M3, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+      pv_fp8_kind(FA_FP8_E4M3, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     else
-      FA_FN(pv_fp8_kind)
-      (FA_FP8_E4M3_RAW, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+      pv_fp8_kind(FA_FP8_E4M3_RAW, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     r += n;
   }
 }

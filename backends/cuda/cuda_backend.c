@@ -77,10 +77,10 @@ static int probed_tma;
 static int tma_available(void) {
   void *f = NULL;
   enum cudaDriverEntryPointQueryResult r = cudaDriverEntryPointSymbolNotFound;
-  int ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f,
-                                            12000, cudaEnableDefault, &r) ==
-               cudaSuccess &&
-           r == cudaDriverEntryPointSuccess && f;
+  int ok =
+      cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                       cudaEnableDefault, &r) == cudaSuccess &&
+      r == cudaDriverEntryPointSuccess && f;
   (void)cudaGetLastError();
   return ok;
 }
@@ -89,8 +89,10 @@ static int probe(char *why, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    (void)snprintf(why, len, "no usable CUDA driver or device: cudaGetDeviceCount: "
-             "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)snprintf(why, len,
+                   "no usable CUDA driver or device: cudaGetDeviceCount: "
+                   "%s (%s)",
+                   cudaGetErrorString(e), cudaGetErrorName(e));
     (void)cudaGetLastError();
     return 0;
   }
@@ -106,8 +108,10 @@ static int probe(char *why, size_t len) {
     return 0;
   }
   if (major < 8) {
-    (void)snprintf(why, len, "device 0 has compute capability %d.%d; %s needs 8.0 "
-             "or newer (mma.sync bf16, cp.async)", major, minor, BACKEND_NAME);
+    (void)snprintf(why, len,
+                   "device 0 has compute capability %d.%d; %s needs 8.0 "
+                   "or newer (mma.sync bf16, cp.async)",
+                   major, minor, BACKEND_NAME);
     return 0;
   }
   probed_cc = 10 * major + minor;
@@ -115,7 +119,8 @@ static int probe(char *why, size_t len) {
   int sms = 0;
   probed_units = 108; // an A100, should the query fail
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) ==
-          cudaSuccess && sms > 0)
+          cudaSuccess &&
+      sms > 0)
     probed_units = sms;
   return 1;
 }
@@ -124,22 +129,24 @@ static fa_status ctx_create(int device, void **state) {
   int n = 0;
   CK(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (device >= n)
-    return core->fail(FA_ERR_NO_DEVICE, "device=%d: this machine has %d CUDA "
-                      "device%s", device, n, n == 1 ? "" : "s");
+    return core->fail(FA_ERR_NO_DEVICE,
+                      "device=%d: this machine has %d CUDA "
+                      "device%s",
+                      device, n, n == 1 ? "" : "s");
   int major = 0, minor = 0, sms = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
      "cudaDeviceGetAttribute");
   CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
      "cudaDeviceGetAttribute");
   if (major < 8)
-    return core->fail(FA_ERR_NO_DEVICE, "device=%d has compute capability "
-                      "%d.%d; %s needs 8.0 or newer", device, major, minor,
-                      BACKEND_NAME);
+    return core->fail(FA_ERR_NO_DEVICE,
+                      "device=%d has compute capability "
+                      "%d.%d; %s needs 8.0 or newer",
+                      device, major, minor, BACKEND_NAME);
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
      "cudaDeviceGetAttribute");
   return state_create(device, sms, 10 * major + minor, state);
 }
-
 
 /* ---- compiled instantiations -------------------------------------------- */
 
@@ -161,7 +168,8 @@ typedef struct sm80_instance {
 } sm80_instance;
 
 static const sm80_instance sm80_instances[] = {
-#define FA_SM80_INST(t, d, v) {FA_DTYPE_##t, d, v, fa_sm80_fwd_##t##_d##d##_v##v},
+#define FA_SM80_INST(t, d, v)                                                  \
+  {FA_DTYPE_##t, d, v, fa_sm80_fwd_##t##_d##d##_v##v},
 #include "sm80_instances.h"
 #undef FA_SM80_INST
     {FA_F32, 0, 0, NULL}};
@@ -175,7 +183,7 @@ static fa_sm80_fwd_fn sm80_find(fa_dtype dtype, int dim, int variant) {
 
 /* The sm80 backward, per (dtype, head dim). */
 #define FA_SM80_BWD_INST(t, d)                                                 \
-  int fa_sm80_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,          \
+  int fa_sm80_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,            \
                              void *stream);
 #include "sm80_bwd_instances.h"
 #undef FA_SM80_BWD_INST
@@ -204,8 +212,8 @@ static fa_sm80_bwd_fn sm80_bwd_find(fa_dtype dtype, int dim) {
    Launchers return a cudaError_t, or -1 when the copy engine cannot
    address the tensors (nothing launched). */
 #define FA_SM90_INST(t, d)                                                     \
-  int fa_sm90_fwd_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,        \
-                             int64_t rows_k, int sms, int serial,             \
+  int fa_sm90_fwd_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,           \
+                             int64_t rows_k, int sms, int serial,              \
                              void *stream);
 #include "sm90_instances.h"
 #undef FA_SM90_INST
@@ -233,7 +241,7 @@ static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim) {
 
 /* The sm90 backward (d64/d128), same return convention. */
 #define FA_SM90_BWD_INST(t, d)                                                 \
-  int fa_sm90_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,          \
+  int fa_sm90_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,            \
                              int64_t rows_q, int64_t rows_k, void *stream);
 #include "sm90_bwd_instances.h"
 #undef FA_SM90_BWD_INST
@@ -258,7 +266,8 @@ static fa_sm90_bwd_fn sm90_bwd_find(fa_dtype dtype, int dim) {
   return NULL;
 }
 
-/* ---- admission ------------------------------------------------------------ */
+/* ---- admission ------------------------------------------------------------
+ */
 
 /* What identifies a kernel entry: its family, dtype and head dim. */
 typedef enum family { SM90, SM80, DECODE, GENERIC } family;
@@ -272,12 +281,13 @@ static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
                     size_t len) {
   if (p->dtype != k->dtype) {
     (void)snprintf(why, len, "dtype is %s; this kernel is %s",
-             fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(k->dtype));
+                   fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(k->dtype));
     return 0;
   }
   if (p->a.head_dim != k->dim || p->a.head_dim_v != k->dim) {
-    (void)snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-             p->a.head_dim, p->a.head_dim_v, k->dim, k->dim);
+    (void)snprintf(why, len,
+                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+                   p->a.head_dim, p->a.head_dim_v, k->dim, k->dim);
     return 0;
   }
   return 1;
@@ -286,17 +296,20 @@ static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
 /* The tensor-core backwards: what they leave to cuda.generic. */
 static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
   if (config("FA_CUDA_DETERMINISTIC")) {
-    (void)snprintf(why, len, "FA_CUDA_DETERMINISTIC is set (this backward adds dQ "
-             "atomically)");
+    (void)snprintf(why, len,
+                   "FA_CUDA_DETERMINISTIC is set (this backward adds dQ "
+                   "atomically)");
     return 0;
   }
   if (p->paged) {
-    (void)snprintf(why, len, "paged KV (this backward reads dense or varlen K/V)");
+    (void)snprintf(why, len,
+                   "paged KV (this backward reads dense or varlen K/V)");
     return 0;
   }
   if (p->a.softcap > 0.0f || p->a.alibi_slopes || !(p->a.scale > 0.0f)) {
-    (void)snprintf(why, len, "softcap, ALiBi or a scale <= 0 (this backward has "
-             "neither transform)");
+    (void)snprintf(why, len,
+                   "softcap, ALiBi or a scale <= 0 (this backward has "
+                   "neither transform)");
     return 0;
   }
   return 1;
@@ -305,8 +318,8 @@ static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
 /* Whether the sm90 launchers' tensor maps can describe tensor t of `rows`
    storage rows (per batch, or all of them when varlen) and `heads` heads:
    the conditions of make_map (sm90_fwd.cuh) on 16-bit elements. */
-static int tma_ok(const char *name, const fa_tensor *t, int64_t rows,
-                  int heads, int batch, char *why, size_t len) {
+static int tma_ok(const char *name, const fa_tensor *t, int64_t rows, int heads,
+                  int batch, char *why, size_t len) {
   const int64_t ss = t->stride_seq * 2, sh = t->stride_head * 2;
   const int64_t sb = batch > 1 ? t->stride_batch * 2 : rows * ss;
   const int64_t lim = (int64_t)1 << 40;
@@ -343,8 +356,8 @@ static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
   return 1;
 }
 
-static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
-                           char *why, size_t len) {
+static int kernel_supports(const kdesc *k, const fa_kernel_query *q, char *why,
+                           size_t len) {
   const fa_problem *p = q->problem;
   const int bwd = is_backward(q);
   if (k->fam == GENERIC) return fa_gpu_generic_supports(q, why, len);
@@ -354,15 +367,18 @@ static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
   if (k->fam == SM90) {
     int cc = query_cc(q);
     if (cc != 90) {
-      (void)snprintf(why, len, "device %d has compute capability %d.%d; this "
-               "kernel is sm_90a", query_device(q), cc / 10, cc % 10);
+      (void)snprintf(why, len,
+                     "device %d has compute capability %d.%d; this "
+                     "kernel is sm_90a",
+                     query_device(q), cc / 10, cc % 10);
       return 0;
     }
     int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
                     : sm90_find(k->dtype, k->dim) != NULL;
     if (!built) {
-      (void)snprintf(why, len, "not compiled in this build (90a, "
-               "FA_CUDA_HEAD_DIMS)");
+      (void)snprintf(why, len,
+                     "not compiled in this build (90a, "
+                     "FA_CUDA_HEAD_DIMS)");
       return 0;
     }
     if (p->paged) {
@@ -371,7 +387,8 @@ static int kernel_supports(const kdesc *k, const fa_kernel_query *q,
       return 0;
     }
     if (p->a.seqlen_k == 0) {
-      (void)snprintf(why, len, "seqlen_k 0 (a TMA map needs rows; the sm80 "
+      (void)snprintf(why, len,
+                     "seqlen_k 0 (a TMA map needs rows; the sm80 "
                      "kernels take an empty cache)");
       return 0;
     }
@@ -435,7 +452,8 @@ static int kernel_score(const kdesc *k, const fa_kernel_query *q) {
   return 0;
 }
 
-/* ---- plans ----------------------------------------------------------------- */
+/* ---- plans -----------------------------------------------------------------
+ */
 
 static fa_status grid_fits(int64_t blocks, const char *what) {
   return fa_gpu_grid_fits(core, blocks, what);
@@ -446,7 +464,8 @@ static fa_status grid_fits(int64_t blocks, const char *what) {
 static fa_status tc_backward_grids(const fa_problem *p, const char *name) {
   const fa_attention *a = &p->a;
   int64_t rows_q = (int64_t)a->batch * a->heads_q * a->seqlen_q;
-  int64_t kblocks = (int64_t)a->batch * a->heads_kv * ((a->seqlen_k + 127) / 128);
+  int64_t kblocks =
+      (int64_t)a->batch * a->heads_kv * ((a->seqlen_k + 127) / 128);
   fa_status s;
   if ((s = grid_fits((rows_q + 3) / 4, "backward (D)")) ||
       (s = grid_fits(kblocks, name)) ||
@@ -499,20 +518,22 @@ static fa_status kernel_plan(const kdesc *k, const char *name,
   return s;
 }
 
-/* ---- forward ----------------------------------------------------------------- */
+/* ---- forward
+ * ----------------------------------------------------------------- */
 
 /* The sm90 launchers' -1: the driver refused a tensor map that supports()
    judged encodable. */
 static fa_status tma_refused(const char *name) {
-  return core->fail(FA_ERR_BACKEND, "%s: %s: cuTensorMapEncodeTiled refused "
+  return core->fail(FA_ERR_BACKEND,
+                    "%s: %s: cuTensorMapEncodeTiled refused "
                     "a tensor that supports() accepted (strides %s)",
                     BACKEND_NAME, name, "or sizes");
 }
 
-static const char *kernel_name(const char *fam, const fa_problem *p,
-                               char *buf, size_t len) {
+static const char *kernel_name(const char *fam, const fa_problem *p, char *buf,
+                               size_t len) {
   (void)snprintf(buf, len, "cuda.%s.%s.d%d", fam, fa_gpu_dtype_name(p->dtype),
-           p->a.head_dim);
+                 p->a.head_dim);
   return buf;
 }
 
@@ -523,8 +544,7 @@ static fa_status fwd_sm80_variant(void *state, const fa_problem *p,
   kernel_name("sm80", p, name, sizeof name);
   if (decode) strncat(name, ".decode", sizeof name - strlen(name) - 1);
   fa_gpu_launch_fn fn = sm80_find(p->dtype, p->a.head_dim, decode);
-  if (!fn)
-    return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
+  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
   return run_forward(state, p, plan, a, fn, name);
 }
 
@@ -554,7 +574,8 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   return err == -1 ? tma_refused(name) : launched(err, name);
 }
 
-/* ---- backward ------------------------------------------------------------- */
+/* ---- backward -------------------------------------------------------------
+ */
 
 /* The tensor-core backwards' common start: the D pre-pass into the plan's
    scratch and the zeroed dQ accumulator. dQ goes through fp32 atomics, so
@@ -606,11 +627,12 @@ static fa_status bwd_sm90(void *state, const fa_problem *p,
   return err == -1 ? tma_refused(name) : launched(err, name);
 }
 
-/* ---- the kernel table ------------------------------------------------------ */
+/* ---- the kernel table ------------------------------------------------------
+ */
 
 #define KERNEL_FNS(id, fam, t, d, nm)                                          \
   static const kdesc desc_##id = {fam, FA_DTYPE_##t, d};                       \
-  static int supports_##id(const fa_kernel_query *q, char *why, size_t len) { \
+  static int supports_##id(const fa_kernel_query *q, char *why, size_t len) {  \
     return kernel_supports(&desc_##id, q, why, len);                           \
   }                                                                            \
   static int score_##id(const fa_kernel_query *q) {                            \
@@ -620,20 +642,27 @@ static fa_status bwd_sm90(void *state, const fa_problem *p,
     return kernel_plan(&desc_##id, nm, q, out);                                \
   }
 
-#define SM90(t, d) KERNEL_FNS(sm90_##t##_d##d, SM90, t, d, "cuda.sm90." #t ".d" #d)
-#define SM80(t, d) KERNEL_FNS(sm80_##t##_d##d, SM80, t, d, "cuda.sm80." #t ".d" #d)
+#define SM90(t, d)                                                             \
+  KERNEL_FNS(sm90_##t##_d##d, SM90, t, d, "cuda.sm90." #t ".d" #d)
+#define SM80(t, d)                                                             \
+  KERNEL_FNS(sm80_##t##_d##d, SM80, t, d, "cuda.sm80." #t ".d" #d)
 #define DECODE(t, d)                                                           \
   KERNEL_FNS(decode_##t##_d##d, DECODE, t, d, "cuda.sm80." #t ".d" #d ".decode")
+// One row per kernel family, as the table below lists them.
+// clang-format off
 SM90(bf16, 64) SM90(bf16, 128) SM90(bf16, 256)
 SM90(f16, 64) SM90(f16, 128) SM90(f16, 256)
 SM80(bf16, 64) SM80(bf16, 96) SM80(bf16, 128) SM80(bf16, 192) SM80(bf16, 256)
 SM80(f16, 64) SM80(f16, 96) SM80(f16, 128) SM80(f16, 192) SM80(f16, 256)
 DECODE(bf16, 64) DECODE(bf16, 128) DECODE(f16, 64) DECODE(f16, 128)
 KERNEL_FNS(generic, GENERIC, bf16, 0, "cuda.generic")
+// clang-format on
 #undef SM90
 #undef SM80
 #undef DECODE
 
+// The kernel table reads as a table.
+// clang-format off
 #define ENTRY(id, nm, fwd, bwd)                                                \
   {.name = (nm), .supports = supports_##id, .score = score_##id,               \
    .plan = plan_##id, .forward = (fwd), .backward = (bwd)}
@@ -660,5 +689,6 @@ static const fa_kernel kernels[] = {
     SM80(bf16, 96, NULL),      SM80(f16, 96, NULL),
     ENTRY(generic, "cuda.generic", fwd_generic, bwd_generic),
 };
+// clang-format on
 
 FA_GPU_MODULE(FA_BACKEND_CUDA, FA_MEMORY_CUDA)

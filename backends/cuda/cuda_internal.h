@@ -29,14 +29,14 @@ FA_GPU_GENERIC_LAUNCHER_DECLS(fa_cuda_launch)
 
 /* Tile configurations of the sm80 forward kernel (see cuda_tiles.c). */
 typedef struct fa_cuda_tile {
-  int head_dim;     // = head_dim_v
-  int block_q;      // B_r = 16 * m_tiles * warps
-  int block_k;      // B_c
-  int warps;        // warps per CTA
-  int m_tiles;      // 16-row mma tiles per warp
-  int q_in_regs;    // Q fragments kept in registers for the whole CTA
-  int stages;       // K/V blocks of the cp.async pipeline
-  int smem_bytes;   // dynamic shared memory of one CTA
+  int head_dim;   // = head_dim_v
+  int block_q;    // B_r = 16 * m_tiles * warps
+  int block_k;    // B_c
+  int warps;      // warps per CTA
+  int m_tiles;    // 16-row mma tiles per warp
+  int q_in_regs;  // Q fragments kept in registers for the whole CTA
+  int stages;     // K/V blocks of the cp.async pipeline
+  int smem_bytes; // dynamic shared memory of one CTA
   const char *name_bf16, *name_f16; // kernel names for logs and benches
 } fa_cuda_tile;
 
@@ -63,8 +63,8 @@ void fa_cuda_caps(int num_sms, int block_q, int block_k, int pack_gqa,
                   fa_caps *caps);
 
 /* The plan of the sm80 forward with tile t (main or decode). */
-void fa_cuda_sm80_plan(const fa_problem *p, const fa_cuda_tile *t,
-                       int num_sms, fa_plan_data *out);
+void fa_cuda_sm80_plan(const fa_problem *p, const fa_cuda_tile *t, int num_sms,
+                       fa_plan_data *out);
 
 #ifdef __cplusplus
 }

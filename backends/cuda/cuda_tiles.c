@@ -17,8 +17,16 @@
 
 // smem: Q, then `st` stages of K and `st` of V (sm80_fwd.cuh's layout).
 #define FA_TILE(d, bq, bk, w, mt, qr, pitch, st)                               \
-  {d,  bq, bk, w, mt, qr, st, ((bq) + 2 * (st) * (bk)) * (pitch) * 2,          \
-   "cuda.sm80.bf16.d" #d, "cuda.sm80.f16.d" #d},
+  {d,                                                                          \
+   bq,                                                                         \
+   bk,                                                                         \
+   w,                                                                          \
+   mt,                                                                         \
+   qr,                                                                         \
+   st,                                                                         \
+   ((bq) + 2 * (st) * (bk)) * (pitch)*2,                                       \
+   "cuda.sm80.bf16.d" #d,                                                      \
+   "cuda.sm80.f16.d" #d},
 
 #define FA_DECODE_TILE(...)
 const fa_cuda_tile fa_cuda_tiles[] = {
@@ -31,8 +39,16 @@ const int fa_cuda_num_tiles =
 
 #define FA_TILE(...)
 #define FA_DECODE_TILE(d, bq, bk, w, mt, qr, pitch, st)                        \
-  {d,  bq, bk, w, mt, qr, st, ((bq) + 2 * (st) * (bk)) * (pitch) * 2,          \
-   "cuda.sm80.bf16.d" #d ".decode", "cuda.sm80.f16.d" #d ".decode"},
+  {d,                                                                          \
+   bq,                                                                         \
+   bk,                                                                         \
+   w,                                                                          \
+   mt,                                                                         \
+   qr,                                                                         \
+   st,                                                                         \
+   ((bq) + 2 * (st) * (bk)) * (pitch)*2,                                       \
+   "cuda.sm80.bf16.d" #d ".decode",                                            \
+   "cuda.sm80.f16.d" #d ".decode"},
 const fa_cuda_tile fa_cuda_decode_tiles[] = {
 #include "sm80_tiles.def"
 };
@@ -83,8 +99,8 @@ void fa_cuda_caps(int num_sms, int block_q, int block_k, int pack_gqa,
   caps->max_small_lanes = 0; // a tile spans one kv head
 }
 
-void fa_cuda_sm80_plan(const fa_problem *p, const fa_cuda_tile *t,
-                       int num_sms, fa_plan_data *out) {
+void fa_cuda_sm80_plan(const fa_problem *p, const fa_cuda_tile *t, int num_sms,
+                       fa_plan_data *out) {
   fa_caps caps;
   fa_cuda_caps(num_sms, t->block_q, t->block_k, 1, &caps);
   fa_plan_compute(p, &caps, out);

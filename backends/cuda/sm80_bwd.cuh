@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   // dQ step: warp w takes q rows 16 (w % RG) .. and columns
   // (w / RG) * DW .. of dS K.
   constexpr int RG = BQ / 16, DW = D / (kBwdWarps / RG);
-  typedef layout<D, D> L;   // K, V, Q, dO tiles: rows of D elements
+  typedef layout<D, D> L;    // K, V, Q, dO tiles: rows of D elements
   typedef layout<BQ, BQ> LS; // dS^T tile: [key][q], BQ wide
   static_assert(BQ % 32 == 0 && kBwdWarps % RG == 0, "dQ warp split");
   static_assert((BK * CH) % NT == 0 && (BQ * CH) % NT == 0, "tile copy");
@@ -77,9 +77,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH, j = col0 + r;
     const bool ok = j < sk;
     const uint32_t so = L::offset(r, c) * 2;
-    cp_async16(aK + so, ok ? gk + fa_gpu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
+    cp_async16(aK + so,
+               ok ? gk + fa_gpu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
                ok ? 16 : 0);
-    cp_async16(aV + so, ok ? gv + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
+    cp_async16(aV + so,
+               ok ? gv + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
                ok ? 16 : 0);
   }
   cp_async_commit();
@@ -160,15 +162,17 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks++) {
         uint32_t ak[4], av[4];
-        const uint32_t ao =
-            L::offset(kw + (lane & 7) + 8 * ((lane >> 3) & 1), ks * 2 + (lane >> 4)) * 2;
+        const uint32_t ao = L::offset(kw + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                      ks * 2 + (lane >> 4)) *
+                            2;
         ldsm_x4(ak, aK + ao);
         ldsm_x4(av, aV + ao);
 #pragma unroll
         for (int np = 0; np < BQ / 16; np++) {
           uint32_t bq[4], bo[4];
           const uint32_t bo_ = L::offset(np * 16 + (lane & 7) + 8 * (lane >> 4),
-                                         ks * 2 + ((lane >> 3) & 1)) * 2;
+                                         ks * 2 + ((lane >> 3) & 1)) *
+                               2;
           ldsm_x4(bq, aQ_ + bo_);
           ldsm_x4(bo, adO_ + bo_);
           ops<T>::mma(s[2 * np], ak, bq[0], bq[1]);
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
           dp[n][e] = pr * (dp[n][e] - sDl_[qc]) * p.scale;
         }
 
-      // ---- dV += P^T dO, dK += dS^T Q (the k dimension is the q rows) ----
+        // ---- dV += P^T dO, dK += dS^T Q (the k dimension is the q rows) ----
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; kk++) {
         uint32_t ap[4], ad[4];
@@ -207,7 +211,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
           uint32_t bo[4], bq[4];
           const uint32_t off =
               L::offset(kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1),
-                        np * 2 + (lane >> 4)) * 2;
+                        np * 2 + (lane >> 4)) *
+              2;
           ldsm_x4_t(bo, adO_ + off);
           ldsm_x4_t(bq, aQ_ + off);
           ops<T>::mma(dv[2 * np], ap, bo[0], bo[1]);
@@ -238,12 +243,15 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
         uint32_t a[4];
         // A = dS (rows q, cols keys) read transposed from dS^T [key][q].
         ldsm_x4_t(a, adS + LS::offset(kk * 16 + (lane & 7) + 8 * (lane >> 4),
-                                      qw / 8 + ((lane >> 3) & 1)) * 2);
+                                      qw / 8 + ((lane >> 3) & 1)) *
+                               2);
 #pragma unroll
         for (int np = 0; np < DW / 16; np++) {
           uint32_t bk[4];
-          ldsm_x4_t(bk, aK + L::offset(kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1),
-                                       dw / 8 + np * 2 + (lane >> 4)) * 2);
+          ldsm_x4_t(bk,
+                    aK + L::offset(kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                   dw / 8 + np * 2 + (lane >> 4)) *
+                             2);
           ops<T>::mma(dq[2 * np], a, bk[0], bk[1]);
           ops<T>::mma(dq[2 * np + 1], a, bk[2], bk[3]);
         }
@@ -252,8 +260,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
       for (int hr = 0; hr < 2; hr++) {
         const int i = r0 + qw + g + 8 * hr;
         if (i >= sq) continue;
-        float *row = dq_acc +
-                     (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + dw;
+        float *row =
+            dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + dw;
 #pragma unroll
         for (int n = 0; n < NDW; n++) {
           atomicAdd(row + n * 8 + 2 * t4, dq[n][2 * hr]);
@@ -295,7 +303,8 @@ __global__ void __launch_bounds__(256)
   const int i = (int)(idx / (D / 2) / p.heads_q % p.seqlen_q);
   const int b = (int)(idx / (D / 2) / p.heads_q / p.seqlen_q);
   if (i >= fa_gpu_len_q(&p, b)) return;
-  const float *src = dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
+  const float *src =
+      dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
   T *dst = (T *)p.dq.data + fa_gpu_q_offset(&p, &p.dq, b, i, h) + d;
   *reinterpret_cast<uint32_t *>(dst) = ops<T>::pack(src[0], src[1]);
 }
@@ -323,8 +332,8 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
 
 /* extern "C" launcher fa_sm80_bwd_<dtype>_d<dim>. */
 #define FA_SM80_BWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm80_bwd_##tname##_d##D(const fa_gpu_params *p,          \
-                                            float *dq_acc, void *stream) {    \
+  extern "C" int fa_sm80_bwd_##tname##_d##D(const fa_gpu_params *p,            \
+                                            float *dq_acc, void *stream) {     \
     return fa_sm80::launch_bwd<T, D>(p, dq_acc, stream);                       \
   }
 

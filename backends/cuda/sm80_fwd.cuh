@@ -49,7 +49,8 @@ template <int D, int V> struct tile;
 #undef FA_DECODE_TILE
 #undef FA_TILE_ROW
 
-/* ---- PTX wrappers --------------------------------------------------------- */
+/* ---- PTX wrappers ---------------------------------------------------------
+ */
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
@@ -70,11 +71,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(addr)
-      : "memory");
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile(
@@ -86,9 +86,8 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
 
 template <typename T> struct ops;
 template <> struct ops<__nv_bfloat16> {
-  static __device__ __forceinline__ void mma(float (&d)[4],
-                                             const uint32_t (&a)[4],
-                                             uint32_t b0, uint32_t b1) {
+  static __device__ __forceinline__ void
+  mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -101,9 +100,8 @@ template <> struct ops<__nv_bfloat16> {
   }
 };
 template <> struct ops<__half> {
-  static __device__ __forceinline__ void mma(float (&d)[4],
-                                             const uint32_t (&a)[4],
-                                             uint32_t b0, uint32_t b1) {
+  static __device__ __forceinline__ void
+  mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -157,8 +155,7 @@ template <int D, int PITCH> struct layout {
 /* A value the compiler must recompute where it is used: keeps loop-invariant
    code motion from hoisting dozens of per-iteration addresses out of the
    main loop (which would cost registers the accumulators need). */
-template <bool ON = true>
-__device__ __forceinline__ int64_t opaque(int64_t x) {
+template <bool ON = true> __device__ __forceinline__ int64_t opaque(int64_t x) {
   if (ON) asm volatile("" : "+l"(x));
   return x;
 }
@@ -179,7 +176,8 @@ template <int NT8>
 __device__ __forceinline__ float row_max(const float (&s)[NT8][4], int hr,
                                          float m) {
 #pragma unroll
-  for (int n = 0; n < NT8; n++) m = fmaxf(m, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
+  for (int n = 0; n < NT8; n++)
+    m = fmaxf(m, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
   m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
   return fmaxf(m, __shfl_xor_sync(~0u, m, 2));
 }
@@ -190,7 +188,8 @@ __device__ __forceinline__ float row_ref(float m, float mul) {
   return m == -INFINITY ? 0.0f : m * mul;
 }
 
-/* ---- the kernel ------------------------------------------------------------ */
+/* ---- the kernel ------------------------------------------------------------
+ */
 
 template <typename T, int D, int V, bool SPECIAL>
 __global__ void __launch_bounds__(tile<D, V>::NW * 32)
@@ -340,11 +339,14 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // chunk +1 in 2, 3), B of K (keys +8 in 2, 3; chunk +1 in 1, 3), B of V
   // transposed (keys +8 in 1, 3; chunk +1 in 2, 3).
   const uint32_t q_lane =
-      sbase + L::lane_base(wrow0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+      sbase +
+      L::lane_base(wrow0 + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   const uint32_t k_lane =
-      sbase + kOffK + L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
+      sbase + kOffK +
+      L::lane_base((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1);
   const uint32_t v_lane =
-      sbase + kOffV + L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+      sbase + kOffV +
+      L::lane_base((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
   // Address of chunk pair s of the lane's row, `off` bytes (whole rows)
   // further. Small tiles swizzle first and add `off` as an immediate
   // (fewest instructions); frugal tiles recompute all of it at each use.
@@ -352,7 +354,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     return F ? L::step(opaque32<F>(lane_base) + off, s)
              : L::step(lane_base, s) + off;
   };
-  auto q_frag = [&](uint32_t (&a)[4], int mi, int ks) {
+  auto q_frag = [&](uint32_t(&a)[4], int mi, int ks) {
     ldsm_x4(a, lds_addr(q_lane, mi * 16 * PITCH * 2, ks));
   };
   if (QREG) {
@@ -433,7 +435,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
               const int j = col0 + n * 8 + 2 * t4 + e;
               s[mi][n][2 * hr + e] =
                   fa_gpu_transform(&p, p.scale * s[mi][n][2 * hr + e], h, i, j,
-                                  shift) *
+                                   shift) *
                   kLog2e;
             }
         }
@@ -486,7 +488,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         }
       }
 
-    // ---- O += P V ----
+      // ---- O += P V ----
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++) {
       uint32_t a[MT][4];
@@ -528,8 +530,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       const float m_nat = mrow[mi][hr] == -INFINITY ? -INFINITY : mref * kLn2;
       if (p.num_splits == 1) {
         float lse;
-        const float f =
-            fa_gpu_finalize_sinks(m_nat, l, p.sinks, h, &lse);
+        const float f = fa_gpu_finalize_sinks(m_nat, l, p.sinks, h, &lse);
         T *dst = go + fa_gpu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
@@ -555,12 +556,12 @@ template <typename T, int D, int V, bool SPECIAL>
 int launch_one(const fa_gpu_params *p, void *stream) {
   typedef tile<D, V> TL;
   constexpr int smem = (TL::BQ + 2 * TL::NST * TL::BK) * TL::PITCH * 2;
-  cudaError_t e = cudaFuncSetAttribute(
-      fwd_kernel<T, D, V, SPECIAL>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e =
+      cudaFuncSetAttribute(fwd_kernel<T, D, V, SPECIAL>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  fwd_kernel<T, D, V, SPECIAL><<<(unsigned)p->num_work, TL::NW * 32, smem,
-                                 (cudaStream_t)stream>>>(*p);
+  fwd_kernel<T, D, V, SPECIAL>
+      <<<(unsigned)p->num_work, TL::NW * 32, smem, (cudaStream_t)stream>>>(*p);
   return (int)cudaGetLastError();
 }
 
@@ -578,8 +579,8 @@ int launch(const fa_gpu_params *p, void *stream) {
 /* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>_v<V>
    (V 0: the main tile; 1: the decode tile). */
 #define FA_SM80_FWD_INSTANCE(T, tname, D, V)                                   \
-  extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_gpu_params *p,  \
-                                                   void *stream) {            \
+  extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_gpu_params *p,     \
+                                                   void *stream) {             \
     return fa_sm80::launch<T, D, V>(p, stream);                                \
   }
 

@@ -68,8 +68,7 @@ template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
 }
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst),
-               "l"(src)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src)
                : "memory");
 }
 
@@ -137,7 +136,8 @@ __global__ void __launch_bounds__(256, 1)
   float *sDl = sL + NS * BQ;
 
   const int tid = threadIdx.x, wg = tid / 128;
-  const int warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+  const int warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4,
+            t4 = lane % 4;
   // Head-major order: the key blocks of one (batch, kv head) are
   // consecutive CTAs, which run at the same time, walk the same q blocks and
   // so share their Q/dO reads and dQ accumulator lines in L2. v2 ran key
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(256, 1)
     for (int cb = 0; cb < NCB; cb++) {
       tma_load(sQ + s * QB + cb * BQ * 128, &tq, bar, cb * 64, qrow0 + r0, h,
                qbat);
-      tma_load(sdO + s * QB + cb * BQ * 128, &tdo, bar, cb * 64, qrow0 + r0,
-               h, qbat);
+      tma_load(sdO + s * QB + cb * BQ * 128, &tdo, bar, cb * 64, qrow0 + r0, h,
+               qbat);
     }
   };
   // ... and its LSE and D (threads 0 .. 2 BQ - 1; rows past the sequence:
@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(256, 1)
 
   for (int t = 0; t < steps; t++) {
     const int s = t % NS, h = head_of(t), r0 = row_of(t);
-    const uint32_t qs = sQ + s * QB, dos = sdO + s * QB, dss = sdS + (t & 1) * SB;
+    const uint32_t qs = sQ + s * QB, dos = sdO + s * QB,
+                   dss = sdS + (t & 1) * SB;
     bar_wait(q_full + 8 * s, (t / NS) & 1);
     if (r0 + BQ > sq) { // q rows past the end: zeros (uniform branch)
       zero_rows<D>(qs, BQ, sq - r0, tid);
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(256, 1)
 
     // ---- S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys) ----
     // acc = (rows of a: this warpgroup's keys) . (rows of b)^T over D.
-    auto gemm_nt = [&](float (&acc)[BQ / 2], uint32_t a, uint32_t b) {
+    auto gemm_nt = [&](float(&acc)[BQ / 2], uint32_t a, uint32_t b) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks++) {
         const int cb = ks / 4, kk = ks % 4;
@@ -427,8 +428,7 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
   const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
   const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
   if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, bwd_rows<D>()) ||
-      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq,
-                bwd_rows<D>()) ||
+      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq, bwd_rows<D>()) ||
       !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys) ||
       !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys))
     return -1;
@@ -441,8 +441,8 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
   const int64_t ctas = (int64_t)((p->seqlen_k + kBwdKeys - 1) / kBwdKeys) *
                        p->heads_kv * p->batch;
   if (ctas > 0)
-    bwd_kernel<T, D><<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv,
-                                                       tdo);
+    bwd_kernel<T, D>
+        <<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
   if (n > 0)
@@ -455,9 +455,9 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
 
 /* extern "C" launcher fa_sm90_bwd_<dtype>_d<dim>. */
 #define FA_SM90_BWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm90_bwd_##tname##_d##D(const fa_gpu_params *p,          \
-                                            float *dq_acc, int64_t rows_q,    \
-                                            int64_t rows_k, void *stream) {   \
+  extern "C" int fa_sm90_bwd_##tname##_d##D(const fa_gpu_params *p,            \
+                                            float *dq_acc, int64_t rows_q,     \
+                                            int64_t rows_k, void *stream) {    \
     return fa_sm90::launch_bwd<T, D>(p, dq_acc, rows_q, rows_k, stream);       \
   }
 

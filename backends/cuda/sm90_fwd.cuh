@@ -83,7 +83,8 @@ template <int NC> __host__ __device__ constexpr int consumer_regs() {
 }
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-/* ---- PTX wrappers ----------------------------------------------------------- */
+/* ---- PTX wrappers -----------------------------------------------------------
+ */
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
   return (uint32_t)__cvta_generic_to_shared(p);
@@ -120,12 +121,12 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map,
                                          uint32_t bar, int c0, int c1, int c2,
                                          int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
-                   dst),
-               "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
-               "r"(c3), "r"(bar)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
+      "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(bar)
+      : "memory");
 }
 
 __device__ __forceinline__ void wg_fence() {
@@ -166,20 +167,21 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo,
-                                                                float hi);
-template <> __device__ __forceinline__ uint32_t
-pack2<__nv_bfloat16>(float lo, float hi) {
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
 }
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo,
-                                                              float hi) {
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* ---- the kernel --------------------------------------------------------------- */
+/* ---- the kernel
+ * --------------------------------------------------------------- */
 
 /* One work item (batch, head, q block) of the plan: its sequence lengths
    and K/V block range; valid = 0 when the q block is past the sequence. */
@@ -228,9 +230,9 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
   typedef tile<D> TL;
   constexpr int BM = TL::BM, BN = TL::BN, ST = TL::STAGES;
   constexpr int NC = BM / 64, NCT = 128 * NC; // consumers, their threads
-  constexpr int NCB = D / 64;                // 128-byte column blocks a row
-  constexpr int ON = D > 128 ? 128 : D;      // N of one O wgmma
-  constexpr int NO = D / ON;                 // O pieces
+  constexpr int NCB = D / 64;                 // 128-byte column blocks a row
+  constexpr int ON = D > 128 ? 128 : D;       // N of one O wgmma
+  constexpr int NO = D / ON;                  // O pieces
   constexpr uint32_t QB = BM * D * 2, KVB = BN * D * 2;
   static_assert(BM % 64 == 0 && (NC == 2 || NC == 3) && D % 64 == 0 &&
                     BN % 16 == 0,
@@ -297,8 +299,8 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
   }
 
   // ---- consumer warpgroups ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
-      consumer_regs<NC>()));
+  asm volatile(
+      "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(consumer_regs<NC>()));
   const int ct = threadIdx.x - 128, cw = ct / 128;
   const int warp = (ct % 128) / 32, lane = ct % 32, g = lane / 4, t4 = lane % 4;
   const int rbase = cw * 64 + warp * 16 + g; // tile row of the first row
@@ -348,7 +350,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
 
     // ---- the steps of one K/V block ----
     // S = Q K_s^T, issued (the caller commits and waits).
-    auto issue_s = [&](float (&sc)[BN / 2], uint32_t s) {
+    auto issue_s = [&](float(&sc)[BN / 2], uint32_t s) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks++) {
         const int cb = ks / 4, kk = ks % 4;
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       }
     };
     // O += P V_s, issued.
-    auto issue_pv = [&](const uint32_t (&pa)[BN / 16][4], uint32_t s) {
+    auto issue_pv = [&](const uint32_t(&pa)[BN / 16][4], uint32_t s) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
@@ -371,7 +373,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         }
     };
     // Scores of block kb: transform (softcap, ALiBi, negative scale), mask.
-    auto scores = [&](float (&sc)[BN / 2], int kb) {
+    auto scores = [&](float(&sc)[BN / 2], int kb) {
       const int col0 = kb * BN;
       if (SPECIAL) {
 #pragma unroll
@@ -408,7 +410,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     // alpha[hr] = the factor O must be rescaled by. pack_p then packs P to
     // 16 bits (the accumulators of n8 chunks 2kk, 2kk+1 are, packed, the
     // m16n8k16 A fragment of keys 16kk..16kk+15).
-    auto softmax = [&](float (&sc)[BN / 2], float (&alpha)[2]) {
+    auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
         float m = mrow[hr];
@@ -436,14 +438,14 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         lrow[hr] = lrow[hr] * alpha[hr] + sum;
       }
     };
-    auto pack_p = [&](const float (&sc)[BN / 2], uint32_t (&pa)[BN / 16][4]) {
+    auto pack_p = [&](const float(&sc)[BN / 2], uint32_t(&pa)[BN / 16][4]) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
           pa[kk][e] = pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
     };
-    auto rescale = [&](const float (&alpha)[2]) {
+    auto rescale = [&](const float(&alpha)[2]) {
 #pragma unroll
       for (int n = 0; n < NO; n++)
 #pragma unroll
@@ -469,7 +471,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
 
     // S of block kb from stage s, alone (waited for), K released, Q too
     // after the item's last S; then its scores and softmax.
-    auto s_block = [&](float (&sc)[BN / 2], float (&alpha)[2], uint32_t s,
+    auto s_block = [&](float(&sc)[BN / 2], float(&alpha)[2], uint32_t s,
                        uint32_t ph, int kb) {
       bar_wait(k_full + 8 * s, ph);
       wg_fence();
@@ -562,8 +564,7 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         }
         it++;
       };
-      for (int kb = t.kb0; kb < t.kb1 - 1; kb++)
-        step(std::true_type(), kb);
+      for (int kb = t.kb0; kb < t.kb1 - 1; kb++) step(std::true_type(), kb);
       step(std::false_type(), t.kb1 - 1);
       nq++;
     }
@@ -581,21 +582,21 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       const float m_nat =
           mrow[hr] == -INFINITY ? -INFINITY : mrow[hr] * mul * kLn2;
       float lse;
-      const float f =
-          fa_gpu_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
+      const float f = fa_gpu_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
       T *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NO; n++)
 #pragma unroll
         for (int j = 0; j < ON / 8; j++)
-          *reinterpret_cast<uint32_t *>(dst + n * ON + 8 * j) = pack2<T>(
-              o[n][4 * j + 2 * hr] * f, o[n][4 * j + 2 * hr + 1] * f);
+          *reinterpret_cast<uint32_t *>(dst + n * ON + 8 * j) =
+              pack2<T>(o[n][4 * j + 2 * hr] * f, o[n][4 * j + 2 * hr + 1] * f);
       if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, t.b, t.h, i)] = lse;
     }
   }
 }
 
-/* ---- host side: tensor maps and the launch ------------------------------------ */
+/* ---- host side: tensor maps and the launch
+ * ------------------------------------ */
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType,
                                     cuuint32_t, void *, const cuuint64_t *,
@@ -611,8 +612,8 @@ static encode_tiled_fn encoder() {
     void *f = nullptr;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                         cudaEnableDefault, &q) !=
-            cudaSuccess ||
+                                         cudaEnableDefault,
+                                         &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess) {
       (void)cudaGetLastError();
       return (encode_tiled_fn) nullptr;
@@ -642,13 +643,13 @@ static int make_map(CUtensorMap *m, const fa_gpu_view &v, int dtype, int d,
   cuuint64_t strides[3] = {(cuuint64_t)ss, (cuuint64_t)sh, (cuuint64_t)sb};
   cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
   cuuint32_t step[4] = {1, 1, 1, 1};
-  CUresult r = enc(m,
-                   dtype == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                   4, v.data, dims, strides, box, step,
-                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r =
+      enc(m,
+          dtype == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+          4, v.data, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
@@ -713,10 +714,10 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
 
 /* One instantiation: extern "C" launcher fa_sm90_fwd_<dtype>_d<dim>. */
 #define FA_SM90_FWD_INSTANCE(T, tname, D)                                      \
-  extern "C" int fa_sm90_fwd_##tname##_d##D(                                \
+  extern "C" int fa_sm90_fwd_##tname##_d##D(                                   \
       const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,         \
       int serial, void *stream) {                                              \
-    return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, serial, stream);     \
+    return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, serial, stream);      \
   }
 
 #endif

@@ -107,16 +107,23 @@ FA_GPU_DEVICE float fa_gpu_warp_sum(float x) {
   return x;
 }
 
-/* ---- 16-bit floats as raw bits -----------------------------------------------
-   Tensors of fp16/bf16 are addressed as uint16_t; these convert. bf16 is
-   the upper half of a binary32 (round to nearest even, NaN kept quiet). */
+/* ---- 16-bit floats as raw bits
+   ----------------------------------------------- Tensors of fp16/bf16 are
+   addressed as uint16_t; these convert. bf16 is the upper half of a binary32
+   (round to nearest even, NaN kept quiet). */
 FA_GPU_DEVICE float fa_gpu_bits_to_f32(uint32_t u) {
-  union { uint32_t u; float f; } c;
+  union {
+    uint32_t u;
+    float f;
+  } c;
   c.u = u;
   return c.f;
 }
 FA_GPU_DEVICE uint32_t fa_gpu_f32_to_bits(float f) {
-  union { uint32_t u; float f; } c;
+  union {
+    uint32_t u;
+    float f;
+  } c;
   c.f = f;
   return c.u;
 }
@@ -131,12 +138,18 @@ FA_GPU_DEVICE uint16_t fa_gpu_f32_to_bf16(float f) {
 }
 #ifdef FA_GPU_HIP
 FA_GPU_DEVICE float fa_gpu_f16_to_f32(uint16_t h) {
-  union { uint16_t u; _Float16 f; } c;
+  union {
+    uint16_t u;
+    _Float16 f;
+  } c;
   c.u = h;
   return (float)c.f;
 }
 FA_GPU_DEVICE uint16_t fa_gpu_f32_to_f16(float f) {
-  union { uint16_t u; _Float16 f; } c;
+  union {
+    uint16_t u;
+    _Float16 f;
+  } c;
   c.f = (_Float16)f; // round to nearest even
   return c.u;
 }

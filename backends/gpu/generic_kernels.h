@@ -28,7 +28,7 @@
 
 namespace fa_gpu_generic {
 
-constexpr int kWarps = 4;                   // wavefronts per workgroup
+constexpr int kWarps = 4; // wavefronts per workgroup
 constexpr int kCols = FA_GPU_MAX_HEAD_DIM / FA_GPU_WARP; // columns per lane
 
 template <typename T>
@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
 }
 
-/* ---- backward ---------------------------------------------------------------- */
+/* ---- backward
+ * ---------------------------------------------------------------- */
 
 /* D_i = rowsum(dO_i * O_i), one wavefront per (batch, head, row). */
 template <typename T>
@@ -210,11 +211,10 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
    fp32 rows qrow, dorow and the key's K and V rows. */
 template <typename T>
 FA_GPU_DEVICE void grad_pair(const fa_gpu_params &p, const float *qrow,
-                             const float *dorow,
-                             const typename T::storage *k, int64_t kof,
-                             const typename T::storage *v, int64_t vof, int h,
-                             int i, int j, int shift, float lse, float dl,
-                             float *P, float *dS) {
+                             const float *dorow, const typename T::storage *k,
+                             int64_t kof, const typename T::storage *v,
+                             int64_t vof, int h, int i, int j, int shift,
+                             float lse, float dl, float *P, float *dS) {
   float dot = 0.0f, dp = 0.0f;
   for (int c = 0; c < p.head_dim; c++) dot += qrow[c] * T::load(k + kof + c);
   for (int c = 0; c < p.head_dim_v; c++) dp += dorow[c] * T::load(v + vof + c);
@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     // of zeros, whose term of dQ (dS k) is 0: skipped.
     if (kof >= 0)
       grad_pair<T>(p, qrow, dorow, k, kof, v,
-                   fa_gpu_k_offset(&p, &p.v, b, j, hk), h, i, j, shift, lse,
-                   dl, &P, &dS);
+                   fa_gpu_k_offset(&p, &p.v, b, j, hk), h, i, j, shift, lse, dl,
+                   &P, &dS);
     const int cnt = min(FA_GPU_WARP, hi - j0);
     for (int jj = 0; jj < cnt; jj++) {
       const float ds = fa_gpu_shfl(dS, jj);
@@ -305,8 +305,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   if (id >= (int64_t)nb * p.heads_kv * p.seqlen_k) return;
   const int j = (int)(id % p.seqlen_k);
   const int hk = (int)(id / p.seqlen_k % p.heads_kv);
-  const int b = p.only_batch >= 0 ? p.only_batch
-                                  : (int)(id / p.seqlen_k / p.heads_kv);
+  const int b =
+      p.only_batch >= 0 ? p.only_batch : (int)(id / p.seqlen_k / p.heads_kv);
   const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
   const int D = p.head_dim, DV = p.head_dim_v;
   typename T::storage *dk = (typename T::storage *)p.dk.data;
@@ -362,7 +362,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       for (int ii = 0; ii < cnt; ii++) {
         const float pp = fa_gpu_shfl(P, ii);
         const float ds = fa_gpu_shfl(dS, ii);
-        const int64_t qq = fa_gpu_shfl_i64(qo, ii), dd = fa_gpu_shfl_i64(dO, ii);
+        const int64_t qq = fa_gpu_shfl_i64(qo, ii),
+                      dd = fa_gpu_shfl_i64(dO, ii);
         if (pp == 0.0f && ds == 0.0f) continue; // not visible, or no mass
 #pragma unroll
         for (int u = 0; u < kCols; u++) {
@@ -378,8 +379,10 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 #pragma unroll
   for (int u = 0; u < kCols; u++) {
     const int c = lane + FA_GPU_WARP * u;
-    if (c < D) T::store(dk + ok + c, ak[u] + (p.paged ? T::load(dk + ok + c) : 0.0f));
-    if (c < DV) T::store(dv + ov + c, av[u] + (p.paged ? T::load(dv + ov + c) : 0.0f));
+    if (c < D)
+      T::store(dk + ok + c, ak[u] + (p.paged ? T::load(dk + ok + c) : 0.0f));
+    if (c < DV)
+      T::store(dv + ov + c, av[u] + (p.paged ? T::load(dv + ov + c) : 0.0f));
   }
 }
 
@@ -399,8 +402,10 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
   const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
   if (ok < 0) return; // not a page of the pool: nothing to zero
-  for (int c = lane; c < p.head_dim; c += FA_GPU_WARP) T::store(dk + ok + c, 0.0f);
-  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
+  for (int c = lane; c < p.head_dim; c += FA_GPU_WARP)
+    T::store(dk + ok + c, 0.0f);
+  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP)
+    T::store(dv + ov + c, 0.0f);
 }
 
 /* fa_merge_states: fa_lse_merge_weights (core/softmax.h) per row without
@@ -418,8 +423,10 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   int nan = 0;
   for (int k = 0; k < n; k++) {
     const float x = parts[k].lse[row];
-    if (isnan(x)) nan = 1;
-    else if (x > mx) mx = x;
+    if (isnan(x))
+      nan = 1;
+    else if (x > mx)
+      mx = x;
   }
   float inv = 0.0f, out_lse;
   int mode; // 0 NaN, 1 all -inf, 2 +inf present, 3 normal
@@ -448,10 +455,14 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   for (int k = 0; k < n; k++) {
     const float x = parts[k].lse[row];
     float wk;
-    if (mode == 0) wk = NAN;
-    else if (mode == 1) wk = 0.0f;
-    else if (mode == 2) wk = x == INFINITY ? NAN : 0.0f;
-    else wk = x == -INFINITY ? 0.0f : expf(x - mx) * inv;
+    if (mode == 0)
+      wk = NAN;
+    else if (mode == 1)
+      wk = 0.0f;
+    else if (mode == 2)
+      wk = x == INFINITY ? NAN : 0.0f;
+    else
+      wk = x == -INFINITY ? 0.0f : expf(x - mx) * inv;
     if (wk == 0.0f) continue; // a part with no keys is never read
     const int64_t off = b * parts[k].sb + i * parts[k].ss + h * parts[k].sh;
 #pragma unroll
@@ -488,7 +499,7 @@ inline unsigned grid_of(int64_t warps) {
     size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;                \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
                         FA_GPU_LAUNCH(fwd<T>, (unsigned)p->num_work,           \
-                                      kWarps * FA_GPU_WARP, smem,              \
+                                      kWarps *FA_GPU_WARP, smem,               \
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
@@ -497,7 +508,7 @@ inline unsigned grid_of(int64_t warps) {
     dim3 grid((unsigned)(p->num_work / p->num_splits),                         \
               (unsigned)((p->block_q + kWarps - 1) / kWarps));                 \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
-                        FA_GPU_LAUNCH(combine<T>, grid, kWarps * FA_GPU_WARP,  \
+                        FA_GPU_LAUNCH(combine<T>, grid, kWarps *FA_GPU_WARP,   \
                                       0, (fa_gpu_stream)stream, *p));          \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
@@ -506,17 +517,18 @@ inline unsigned grid_of(int64_t warps) {
     int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
                         FA_GPU_LAUNCH(bwd_delta<T>, grid_of(rows),             \
-                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      kWarps *FA_GPU_WARP, 0,                  \
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
   extern "C" int prefix##_bwd_dq(const fa_gpu_params *p, void *stream) {       \
     using namespace fa_gpu_generic;                                            \
     int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
-    size_t smem = sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v); \
+    size_t smem =                                                              \
+        sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v);        \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
                         FA_GPU_LAUNCH(bwd_dq<T>, grid_of(rows),                \
-                                      kWarps * FA_GPU_WARP, smem,              \
+                                      kWarps *FA_GPU_WARP, smem,               \
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
@@ -524,10 +536,11 @@ inline unsigned grid_of(int64_t warps) {
     using namespace fa_gpu_generic;                                            \
     int nb = p->only_batch >= 0 ? 1 : p->batch;                                \
     int64_t rows = (int64_t)nb * p->heads_kv * p->seqlen_k;                    \
-    size_t smem = sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v); \
+    size_t smem =                                                              \
+        sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v);        \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
                         FA_GPU_LAUNCH(bwd_dkdv<T>, grid_of(rows),              \
-                                      kWarps * FA_GPU_WARP, smem,              \
+                                      kWarps *FA_GPU_WARP, smem,               \
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
@@ -537,19 +550,18 @@ inline unsigned grid_of(int64_t warps) {
     int64_t rows = (int64_t)p->batch * p->heads_kv * p->seqlen_k;              \
     FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
                         FA_GPU_LAUNCH(bwd_zero_paged<T>, grid_of(rows),        \
-                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      kWarps *FA_GPU_WARP, 0,                  \
                                       (fa_gpu_stream)stream, *p));             \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
-  extern "C" int prefix##_merge(int n, const fa_gpu_merge_part *desc,          \
-                                int dtype, int batch, int seqlen, int heads,   \
-                                int head_dim, fa_gpu_view o, float *lse,       \
-                                void *stream) {                                \
+  extern "C" int prefix##_merge(                                               \
+      int n, const fa_gpu_merge_part *desc, int dtype, int batch, int seqlen,  \
+      int heads, int head_dim, fa_gpu_view o, float *lse, void *stream) {      \
     using namespace fa_gpu_generic;                                            \
     int64_t rows = (int64_t)batch * heads * seqlen;                            \
     FA_GPU_DTYPE_SWITCH(dtype, T,                                              \
                         FA_GPU_LAUNCH(merge<T>, grid_of(rows),                 \
-                                      kWarps * FA_GPU_WARP, 0,                 \
+                                      kWarps *FA_GPU_WARP, 0,                  \
                                       (fa_gpu_stream)stream, n, desc, batch,   \
                                       seqlen, heads, head_dim, o, lse));       \
     return (int)fa_gpu_get_last_error();                                       \

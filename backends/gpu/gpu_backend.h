@@ -31,15 +31,17 @@ static const fa_core_services *core; // set once by fa_module_backends()
    (ROCm 5.2 returns the name for both). */
 static void rt_text(fa_rt_error e, char *buf, size_t len) {
   const char *text = fa_rt_error_string(e), *name = fa_rt_error_name(e);
-  if (strcmp(text, name) == 0) (void)snprintf(buf, len, "%s", name);
-  else (void)snprintf(buf, len, "%s (%s)", text, name);
+  if (strcmp(text, name) == 0)
+    (void)snprintf(buf, len, "%s", name);
+  else
+    (void)snprintf(buf, len, "%s (%s)", text, name);
 }
 
 /* FA_ERR_OUT_OF_MEMORY for an allocation failure, else FA_ERR_BACKEND, with
    the runtime's text; clears a non-sticky error for the next call. */
 static fa_status rt_fail(fa_rt_error e, const char *what) {
-  fa_status s = e == FA_RT_OUT_OF_MEMORY ? FA_ERR_OUT_OF_MEMORY
-                                         : FA_ERR_BACKEND;
+  fa_status s =
+      e == FA_RT_OUT_OF_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND;
   char text[160];
   rt_text(e, text, sizeof text);
   fa_status r = core->fail(s, "%s: %s: %s", FA_GPU_BACKEND_NAME, what, text);
@@ -66,14 +68,15 @@ static inline long config(const char *name) {
   return core->config_int ? core->config_int(name) : 0;
 }
 
-/* ---- per-context state ----------------------------------------------------- */
+/* ---- per-context state -----------------------------------------------------
+ */
 
 typedef struct gpu_state {
   int device;
-  int units;          // SMs / CUs
-  int cc;             // CUDA: 10 * major + minor; HIP: 0
+  int units;           // SMs / CUs
+  int cc;              // CUDA: 10 * major + minor; HIP: 0
   fa_rt_stream stream; // NULL: the default stream
-  void *ws;           // workspace: split partials, backward D and dQ
+  void *ws;            // workspace: split partials, backward D and dQ
   size_t ws_bytes;
 } gpu_state;
 
@@ -137,7 +140,8 @@ static fa_status use_device(const gpu_state *st) {
   return FA_OK;
 }
 
-/* ---- the workspace ----------------------------------------------------------- */
+/* ---- the workspace
+ * ----------------------------------------------------------- */
 
 /* Scratch of at least `bytes` on the device, owned by the context. Growing
    waits for work already queued on the stream, which may still read the
@@ -161,7 +165,7 @@ static fa_status workspace(gpu_state *st, size_t bytes, void **out) {
     st->ws = NULL;
     char what[96];
     (void)snprintf(what, sizeof what, "workspace of %zu bytes: " FA_RT "Malloc",
-             rounded);
+                   rounded);
     return rt_fail(e, what);
   }
   st->ws_bytes = rounded;
@@ -195,7 +199,8 @@ static void log_plan(const char *name, const fa_plan_data *d) {
   core->log("  %s %s: %s", FA_GPU_BACKEND_NAME, name, text);
 }
 
-/* ---- memory ---------------------------------------------------------------- */
+/* ---- memory ----------------------------------------------------------------
+ */
 
 static fa_status mem_alloc(void *state, size_t bytes, void **ptr) {
   fa_status s = use_device(state);
@@ -251,7 +256,8 @@ static fa_status synchronize(void *state) {
   return FA_OK;
 }
 
-/* ---- forward and backward of the generic kernels ------------------------------ */
+/* ---- forward and backward of the generic kernels
+ * ------------------------------ */
 
 /* Launch a forward kernel fn with the plan's scratch, then the split-KV
    combine. */
@@ -305,8 +311,8 @@ static fa_status plan_generic_kernel(const fa_kernel_query *q,
   fa_plan_compute(p, caps, d);
   fa_status s;
   if (is_backward(q)) {
-    d->workspace_bytes = (size_t)p->a.batch * p->a.heads_q * p->a.seqlen_q *
-                         sizeof(float);
+    d->workspace_bytes =
+        (size_t)p->a.batch * p->a.heads_q * p->a.seqlen_q * sizeof(float);
     fa_gpu_params g;
     fa_gpu_fill_problem(&g, p);
     s = fa_gpu_generic_bwd_fits(core, &g, name);
@@ -319,25 +325,25 @@ static fa_status plan_generic_kernel(const fa_kernel_query *q,
   return s;
 }
 
-/* ---- fa_merge_states ---------------------------------------------------------- */
+/* ---- fa_merge_states
+ * ---------------------------------------------------------- */
 
 static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
                               const float *const *lse_parts, int batch,
-                              int seqlen, int heads, int head_dim,
-                              fa_tensor o, float *lse) {
+                              int seqlen, int heads, int head_dim, fa_tensor o,
+                              float *lse) {
   gpu_state *st = state;
   fa_status s = use_device(st);
   if (s) return s;
   fa_gpu_merge_part *desc;
-  if ((s = fa_gpu_merge_parts(core, FA_GPU_BACKEND_NAME, n, o_parts,
-                              lse_parts, head_dim, &desc)))
+  if ((s = fa_gpu_merge_parts(core, FA_GPU_BACKEND_NAME, n, o_parts, lse_parts,
+                              head_dim, &desc)))
     return s;
   size_t bytes = sizeof *desc * (size_t)n;
   void *ws = NULL;
   s = workspace(st, bytes, &ws);
   if (!s) {
-    fa_rt_error e =
-        fa_rt_memcpy_async(ws, desc, bytes, FA_RT_H2D, st->stream);
+    fa_rt_error e = fa_rt_memcpy_async(ws, desc, bytes, FA_RT_H2D, st->stream);
     // desc is freed right after: wait for the copy unless the runtime
     // staged it already.
     if (e == FA_RT_SUCCESS && !FA_RT_PAGEABLE_COPY_STAGED)
@@ -352,7 +358,8 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
                   "the merge kernel");
 }
 
-/* ---- the module's backend and entry ------------------------------------------ */
+/* ---- the module's backend and entry
+ * ------------------------------------------ */
 
 /* This module's fa_backend over its kernels[] (defined before) and its one
    exported symbol, fa_module_backends (FA_MODULE_ENTRY). The module

@@ -144,11 +144,16 @@ static inline size_t fa_gpu_bwd_scratch(const fa_problem *p, size_t *acc_at) {
 
 static inline const char *fa_gpu_dtype_name(fa_dtype t) {
   switch (t) {
-  case FA_F32: return "f32";
-  case FA_F16: return "f16";
-  case FA_BF16: return "bf16";
-  case FA_E4M3: return "e4m3";
-  case FA_E5M2: return "e5m2";
+  case FA_F32:
+    return "f32";
+  case FA_F16:
+    return "f16";
+  case FA_BF16:
+    return "bf16";
+  case FA_E4M3:
+    return "e4m3";
+  case FA_E5M2:
+    return "e5m2";
   }
   return "?";
 }
@@ -169,40 +174,47 @@ static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
   const int bwd = l && l->op == FA_OP_BACKWARD;
   fa_dtype out = l ? l->o.dtype : p->dtype_out;
   if (p->dtype_out != p->dtype || out != p->dtype) {
-    (void)snprintf(why, len, "output dtype %s differs from the input dtype %s (the "
-             "GPU kernels write o%s in the input dtype)",
-             fa_gpu_dtype_name(p->dtype_out != p->dtype ? p->dtype_out : out),
-             fa_gpu_dtype_name(p->dtype), bwd ? " and the gradients" : "");
+    (void)snprintf(
+        why, len,
+        "output dtype %s differs from the input dtype %s (the "
+        "GPU kernels write o%s in the input dtype)",
+        fa_gpu_dtype_name(p->dtype_out != p->dtype ? p->dtype_out : out),
+        fa_gpu_dtype_name(p->dtype), bwd ? " and the gradients" : "");
     return 0;
   }
   if (p->descaled || (l && (l->q.descale || l->k.descale || l->v.descale))) {
-    (void)snprintf(why, len, "descales (the GPU kernels read q, k and v as they "
-             "are)");
+    (void)snprintf(why, len,
+                   "descales (the GPU kernels read q, k and v as they "
+                   "are)");
     return 0;
   }
   if (p->explicit_positions) {
     if (a->q_positions || a->k_positions) {
-      (void)snprintf(why, len, "per-sequence positions (q_positions, k_positions): "
-               "the GPU kernels take one diagonal offset per problem");
+      (void)snprintf(why, len,
+                     "per-sequence positions (q_positions, k_positions): "
+                     "the GPU kernels take one diagonal offset per problem");
       return 0;
     }
     int64_t shift = a->q_position - a->k_position;
     int64_t longer = a->seqlen_q > a->seqlen_k ? a->seqlen_q : a->seqlen_k;
     if ((shift < 0 ? -shift : shift) + longer >= INT_MAX) {
-      (void)snprintf(why, len, "q_position - k_position = %lld: the GPU kernels "
-               "take |offset| + max(seqlen_q, seqlen_k) < 2^31",
-               (long long)shift);
+      (void)snprintf(why, len,
+                     "q_position - k_position = %lld: the GPU kernels "
+                     "take |offset| + max(seqlen_q, seqlen_k) < 2^31",
+                     (long long)shift);
       return 0;
     }
   }
   if (bwd && a->backward_mode == FA_BACKWARD_ACCUMULATE) {
-    (void)snprintf(why, len, "backward_mode FA_BACKWARD_ACCUMULATE (the GPU "
-             "backward overwrites dq, dk and dv)");
+    (void)snprintf(why, len,
+                   "backward_mode FA_BACKWARD_ACCUMULATE (the GPU "
+                   "backward overwrites dq, dk and dv)");
     return 0;
   }
   if (bwd && a->dsinks && a->sinks) {
-    (void)snprintf(why, len, "dsinks (the GPU backward does not compute the "
-             "sinks' gradient)");
+    (void)snprintf(why, len,
+                   "dsinks (the GPU backward does not compute the "
+                   "sinks' gradient)");
     return 0;
   }
   return 1;
@@ -215,8 +227,10 @@ static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
 static inline int fa_gpu_aligned16(const fa_kernel_query *kq, char *why,
                                    size_t len) {
   if (!kq->layout || kq->layout->align >= 16) return 1;
-  (void)snprintf(why, len, "tensors aligned to %d bytes (data or a stride); this "
-           "kernel copies 16-byte chunks", kq->layout->align);
+  (void)snprintf(why, len,
+                 "tensors aligned to %d bytes (data or a stride); this "
+                 "kernel copies 16-byte chunks",
+                 kq->layout->align);
   return 0;
 }
 
@@ -258,14 +272,16 @@ static inline void fa_gpu_fixed_plan(const fa_problem *p, int block_q,
 static inline fa_status fa_gpu_grid_fits(const fa_core_services *core,
                                          int64_t blocks, const char *what) {
   if (blocks <= INT_MAX) return FA_OK;
-  return core->fail(FA_ERR_UNSUPPORTED, "%s: %lld workgroups exceed the "
-                    "grid limit", what, (long long)blocks);
+  return core->fail(FA_ERR_UNSUPPORTED,
+                    "%s: %lld workgroups exceed the "
+                    "grid limit",
+                    what, (long long)blocks);
 }
 
 /* supports() of the generic kernels: head dims up to FA_GPU_MAX_HEAD_DIM,
    16/32-bit inputs (the loaders do not call backends/gpu/fp8.h yet). */
-static inline int fa_gpu_generic_supports(const fa_kernel_query *kq,
-                                          char *why, size_t len) {
+static inline int fa_gpu_generic_supports(const fa_kernel_query *kq, char *why,
+                                          size_t len) {
   const fa_problem *p = kq->problem;
   if (p->dtype == FA_E4M3 || p->dtype == FA_E5M2) {
     (void)snprintf(why, len,
@@ -300,20 +316,20 @@ static inline fa_status fa_gpu_generic_bwd_fits(const fa_core_services *core,
 
 /* fa_merge_states' descriptors (host array, n entries, freed by the
    caller), after the head-dim check. */
-static inline fa_status fa_gpu_merge_parts(const fa_core_services *core,
-                                           const char *backend, int n,
-                                           const fa_tensor *o_parts,
-                                           const float *const *lse_parts,
-                                           int head_dim,
-                                           fa_gpu_merge_part **out) {
+static inline fa_status
+fa_gpu_merge_parts(const fa_core_services *core, const char *backend, int n,
+                   const fa_tensor *o_parts, const float *const *lse_parts,
+                   int head_dim, fa_gpu_merge_part **out) {
   *out = NULL;
   if (head_dim > FA_GPU_MAX_HEAD_DIM)
     return core->fail(FA_ERR_UNSUPPORTED, "%s: merge with head_dim %d > %d",
                       backend, head_dim, FA_GPU_MAX_HEAD_DIM);
   fa_gpu_merge_part *desc = malloc(sizeof *desc * (size_t)n);
   if (!desc)
-    return core->fail(FA_ERR_OUT_OF_MEMORY, "%s: merge descriptors: out of "
-                      "memory", backend);
+    return core->fail(FA_ERR_OUT_OF_MEMORY,
+                      "%s: merge descriptors: out of "
+                      "memory",
+                      backend);
   for (int i = 0; i < n; i++) {
     desc[i].o = o_parts[i].data;
     desc[i].dtype = (int)o_parts[i].dtype;

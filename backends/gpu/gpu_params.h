@@ -33,7 +33,7 @@ typedef struct fa_gpu_params {
   // (fa_attention.rows_q / rows_k) and the pages of the pool.
   int64_t rows_q, rows_k;
   int num_pages;
-  int dtype;                     // fa_dtype
+  int dtype; // fa_dtype
   const float *alibi_slopes, *sinks;
   const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k, *block_table;
   int max_blocks_per_seq, page_size;

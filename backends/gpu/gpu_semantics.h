@@ -17,7 +17,8 @@
 #include "gpu_params.h"
 
 #if defined(__CUDACC__) || defined(__HIP__)
-#define FA_GPU_HD static __host__ __device__ inline __attribute__((always_inline))
+#define FA_GPU_HD                                                              \
+  static __host__ __device__ inline __attribute__((always_inline))
 #else
 #define FA_GPU_HD static inline
 #endif
@@ -65,8 +66,7 @@ FA_GPU_HD int fa_gpu_storage_k(const fa_gpu_params *p, int b) {
 /* fa_seq_len_k: seqused_k first, then cu_seqlens_k. */
 FA_GPU_HD int fa_gpu_len_k(const fa_gpu_params *p, int b) {
   const int storage = fa_gpu_storage_k(p, b);
-  if (p->seqused_k)
-    return (int)fa_gpu_clamp64(p->seqused_k[b], 0, storage);
+  if (p->seqused_k) return (int)fa_gpu_clamp64(p->seqused_k[b], 0, storage);
   return storage;
 }
 
@@ -96,8 +96,7 @@ FA_GPU_HD void fa_gpu_queries_of_key(const fa_gpu_params *p, int j, int sq,
                                      int sk, int *i0, int *i1) {
   int64_t shift = fa_gpu_shift(p, sq, sk);
   int64_t a = p->window_right < 0 ? 0 : (int64_t)j - shift - p->window_right;
-  int64_t b =
-      p->window_left < 0 ? sq : (int64_t)j - shift + p->window_left + 1;
+  int64_t b = p->window_left < 0 ? sq : (int64_t)j - shift + p->window_left + 1;
   if (a < 0) a = 0;
   if (b > sq) b = sq;
   if (b < a) b = a;
@@ -171,8 +170,8 @@ FA_GPU_HD void fa_gpu_kv_blocks(const fa_gpu_params *p, int rows, int bk,
 }
 
 /* fa_plan_split_range */
-FA_GPU_HD void fa_gpu_split_range(int begin, int end, int num_splits,
-                                  int split, int *s_begin, int *s_end) {
+FA_GPU_HD void fa_gpu_split_range(int begin, int end, int num_splits, int split,
+                                  int *s_begin, int *s_end) {
   int n = end > begin ? end - begin : 0;
   int base = n / num_splits, extra = n % num_splits;
   int start = begin + split * base + (split < extra ? split : extra);
@@ -204,8 +203,8 @@ FA_GPU_HD int64_t fa_gpu_row_index(const fa_gpu_params *p, int b, int h,
 /* fa_softmax_merge for the (m, l) pair: 0 when b is empty (a unchanged),
    1 when a was empty (the caller copies O_b), 2 otherwise with the
    weights of a and b in *wa, *wb. */
-FA_GPU_HD int fa_gpu_merge_weights(float *m_a, float *l_a, float m_b,
-                                   float l_b, float *wa, float *wb) {
+FA_GPU_HD int fa_gpu_merge_weights(float *m_a, float *l_a, float m_b, float l_b,
+                                   float *wa, float *wb) {
   if (m_b == -INFINITY) return 0;
   if (*m_a == -INFINITY) {
     *m_a = m_b;

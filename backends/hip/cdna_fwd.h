@@ -50,15 +50,18 @@ template <> struct mfma<fa_gpu_bf16> {
   static FA_GPU_DEVICE v16f run(v4s a, v4s b, v16f c) {
     return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);
   }
-  static FA_GPU_DEVICE short bits(float x) { return (short)fa_gpu_f32_to_bf16(x); }
+  static FA_GPU_DEVICE short bits(float x) {
+    return (short)fa_gpu_f32_to_bf16(x);
+  }
 };
 template <> struct mfma<fa_gpu_f16> {
   static FA_GPU_DEVICE v16f run(v4s a, v4s b, v16f c) {
-    return __builtin_amdgcn_mfma_f32_32x32x8f16(__builtin_bit_cast(v4h, a),
-                                                __builtin_bit_cast(v4h, b), c,
-                                                0, 0, 0);
+    return __builtin_amdgcn_mfma_f32_32x32x8f16(
+        __builtin_bit_cast(v4h, a), __builtin_bit_cast(v4h, b), c, 0, 0, 0);
   }
-  static FA_GPU_DEVICE short bits(float x) { return (short)fa_gpu_f32_to_f16(x); }
+  static FA_GPU_DEVICE short bits(float x) {
+    return (short)fa_gpu_f32_to_f16(x);
+  }
 };
 
 /* Keys per LDS tile: K (padded rows) + V tiles stay near 32 KB. */
@@ -121,7 +124,8 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   // This lane's query: tile lane r = (row, head), head fastest.
   const int r = wave * kLanesQ + col;
   const int active = r < lanes;
-  const int i = row0 + (active ? r / pack : 0), h = h0 + (active ? r % pack : 0);
+  const int i = row0 + (active ? r / pack : 0),
+            h = h0 + (active ? r % pack : 0);
   const int shift = fa_gpu_shift(&p, sq, sk);
   int lo = 0, hi = 0;
   if (active) fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
@@ -208,7 +212,7 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
       for (int u = 0; u < kTilesV; u++)
 #pragma unroll
         for (int e = 0; e < 16; e++) o[u][e] *= alpha;
-      // O^T += V^T P^T: B operand of step t = P registers 4t..4t+3.
+          // O^T += V^T P^T: B operand of step t = P registers 4t..4t+3.
 #pragma unroll
       for (int t = 0; t < 4; t++) {
         v4s pb;
@@ -223,8 +227,8 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
           for (int v = 0; v < 4; v++) {
             int dv, kk;
             fa_mfma32_a(lane, v, &dv, &kk);
-            a[v] = (short)vs[(32 * n + FA_MFMA32_K * t + kk) * TL::kPitchV +
-                             32 * u + dv];
+            a[v] = (short)
+                vs[(32 * n + FA_MFMA32_K * t + kk) * TL::kPitchV + 32 * u + dv];
           }
           o[u] = mfma<T>::run(a, pb, o[u]);
         }

@@ -25,14 +25,16 @@
 #define FA_CDNA_MFMA_LAYOUT_H
 
 #if defined(__HIP__) || defined(__CUDACC__)
-#define FA_MFMA_HD static __host__ __device__ inline __attribute__((always_inline))
+#define FA_MFMA_HD                                                             \
+  static __host__ __device__ inline __attribute__((always_inline))
 #else
 #define FA_MFMA_HD static inline
 #endif
 
 #define FA_MFMA_LANES 64
 
-/* ---- 32x32x8: D(32x32) += A(32x8) B(8x32); 4 inputs, 16 outputs a lane ---- */
+/* ---- 32x32x8: D(32x32) += A(32x8) B(8x32); 4 inputs, 16 outputs a lane ----
+ */
 #define FA_MFMA32_K 8    // reduction length of one instruction
 #define FA_MFMA32_IN 4   // A (and B) items per lane
 #define FA_MFMA32_OUT 16 // fp32 accumulator registers per lane

@@ -46,7 +46,8 @@
 
 #define BACKEND_NAME FA_GPU_BACKEND_NAME
 
-/* ---- which architectures this build has code for -------------------------- */
+/* ---- which architectures this build has code for --------------------------
+ */
 
 /* "gfx90a:sramecc+:xnack-" -> "gfx90a"; 1 if FA_HIP_ARCHS lists it. */
 static int arch_compiled(const char *gcn, char *base, size_t len) {
@@ -87,9 +88,10 @@ static int probe(char *why, size_t len) {
   }
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base)) {
-    (void)snprintf(why, len, "device 0 (%s) is %s; this build of %s has code for %s "
-             "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
-             prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
+    (void)snprintf(why, len,
+                   "device 0 (%s) is %s; this build of %s has code for %s "
+                   "only (CDNA wave64 with MFMA; set FA_HIP_ARCHITECTURES)",
+                   prop.name, base, BACKEND_NAME, FA_HIP_ARCHS);
     return 0;
   }
   probed_units = prop.multiProcessorCount > 0 ? prop.multiProcessorCount
@@ -101,14 +103,18 @@ static fa_status ctx_create(int device, void **state) {
   int n = 0;
   CK(hipGetDeviceCount(&n), "hipGetDeviceCount");
   if (device >= n)
-    return core->fail(FA_ERR_NO_DEVICE, "device=%d: this machine has %d AMD "
-                      "GPU%s", device, n, n == 1 ? "" : "s");
+    return core->fail(FA_ERR_NO_DEVICE,
+                      "device=%d: this machine has %d AMD "
+                      "GPU%s",
+                      device, n, n == 1 ? "" : "s");
   hipDeviceProp_t prop;
   CK(hipGetDeviceProperties(&prop, device), "hipGetDeviceProperties");
   char base[64];
   if (!arch_compiled(prop.gcnArchName, base, sizeof base))
-    return core->fail(FA_ERR_NO_DEVICE, "device=%d is %s; %s has code for %s "
-                      "only", device, base, BACKEND_NAME, FA_HIP_ARCHS);
+    return core->fail(FA_ERR_NO_DEVICE,
+                      "device=%d is %s; %s has code for %s "
+                      "only",
+                      device, base, BACKEND_NAME, FA_HIP_ARCHS);
   return state_create(device, prop.multiProcessorCount, 0, state);
 }
 
@@ -141,9 +147,10 @@ static fa_status fwd_cdna(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   const cdna_instance *inst = cdna_find(p->dtype, p->a.head_dim);
   if (!inst)
-    return core->fail(FA_ERR_BACKEND, "%s: hip.cdna.%s.d%d is not compiled "
-                      "in", BACKEND_NAME, fa_gpu_dtype_name(p->dtype),
-                      p->a.head_dim);
+    return core->fail(FA_ERR_BACKEND,
+                      "%s: hip.cdna.%s.d%d is not compiled "
+                      "in",
+                      BACKEND_NAME, fa_gpu_dtype_name(p->dtype), p->a.head_dim);
   return run_forward(state, p, plan, a, inst->launch, inst->name);
 }
 
@@ -158,12 +165,13 @@ static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
   const fa_problem *p = kq->problem;
   if (p->dtype != dtype) {
     (void)snprintf(why, len, "dtype is %s; this kernel is %s",
-             fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
+                   fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
     return 0;
   }
   if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    (void)snprintf(why, len, "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-             p->a.head_dim, p->a.head_dim_v, dim, dim);
+    (void)snprintf(why, len,
+                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
+                   p->a.head_dim, p->a.head_dim_v, dim, dim);
     return 0;
   }
   if (!cdna_find(dtype, dim)) {
@@ -178,7 +186,8 @@ static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
    in LDS, cdna_fwd.h, so B_c is only the split-KV granularity), and no
    memory budget (the tile, not a budget, bounds the blocks). */
 static void hip_caps(const fa_kernel_query *q, int forward, fa_caps *caps) {
-  caps->fast_mem_bytes = (size_t)1 << 34; // no budget (the planner counts in int)
+  caps->fast_mem_bytes = (size_t)1
+                         << 34; // no budget (the planner counts in int)
   caps->num_workers = 2 * query_units(q);
   caps->tile_align = 32; // MFMA 32x32 granularity
   caps->max_block_q = FA_CDNA_BLOCK_Q;
@@ -201,7 +210,7 @@ static fa_status plan_generic(const fa_kernel_query *q, fa_plan_data *d) {
 }
 
 #define CDNA_FNS(t, dm)                                                        \
-  static int supports_##t##_d##dm(const fa_kernel_query *q, char *why,       \
+  static int supports_##t##_d##dm(const fa_kernel_query *q, char *why,         \
                                   size_t len) {                                \
     return supports_cdna(q, FA_DTYPE_##t, dm, why, len);                       \
   }                                                                            \
@@ -221,16 +230,19 @@ CDNA_FNS(f16, 128)
 CDNA_FNS(f16, 256)
 
 #define CDNA_KERNEL(t, dm)                                                     \
-  {.name = "hip.cdna." #t ".d" #dm,                                            \
-   .supports = supports_##t##_d##dm,                                           \
-   .score = score_##t##_d##dm,                                                 \
-   .plan = plan_##t##_d##dm,                                                   \
-   .forward = fwd_cdna,                                                        \
-   .backward = NULL}
+  {                                                                            \
+    .name = "hip.cdna." #t ".d" #dm, .supports = supports_##t##_d##dm,         \
+    .score = score_##t##_d##dm, .plan = plan_##t##_d##dm, .forward = fwd_cdna, \
+    .backward = NULL                                                           \
+  }
 
 static const fa_kernel kernels[] = {
-    CDNA_KERNEL(bf16, 128), CDNA_KERNEL(f16, 128), CDNA_KERNEL(bf16, 64),
-    CDNA_KERNEL(f16, 64),   CDNA_KERNEL(bf16, 256), CDNA_KERNEL(f16, 256),
+    CDNA_KERNEL(bf16, 128),
+    CDNA_KERNEL(f16, 128),
+    CDNA_KERNEL(bf16, 64),
+    CDNA_KERNEL(f16, 64),
+    CDNA_KERNEL(bf16, 256),
+    CDNA_KERNEL(f16, 256),
     {.name = "hip.generic",
      .supports = supports_generic,
      .score = NULL,

@@ -292,8 +292,7 @@ static void test_explain(void) {
     if (strstr(line, ": taken")) {
       taken++;
       CHECK(strncmp(line, fa_backend_name(0), strlen(fa_backend_name(0))) == 0,
-            "the taken kernel is not the best-ranked backend's: \"%s\"",
-            line);
+            "the taken kernel is not the best-ranked backend's: \"%s\"", line);
     }
     at += len + (end != NULL);
   }

@@ -536,14 +536,14 @@ static void test_plans(void) {
     // Tensors shaped for d = 600 (plans do not read them): the kernels'
     // refusal, not a layout error, is what this case checks.
     // (at fake, far-apart addresses).
-    fa_tensor q6 = au_bshd((void *)((uintptr_t)1 << 44), a.seqlen_q,
-                           a.heads_q, 600);
-    fa_tensor k6 = au_bshd((void *)((uintptr_t)2 << 44), a.seqlen_k,
-                           a.heads_kv, 600);
-    fa_tensor v6 = au_bshd((void *)((uintptr_t)3 << 44), a.seqlen_k,
-                           a.heads_kv, 600);
-    fa_tensor o6 = au_bshd((void *)((uintptr_t)4 << 44), a.seqlen_q,
-                           a.heads_q, 600);
+    fa_tensor q6 =
+        au_bshd((void *)((uintptr_t)1 << 44), a.seqlen_q, a.heads_q, 600);
+    fa_tensor k6 =
+        au_bshd((void *)((uintptr_t)2 << 44), a.seqlen_k, a.heads_kv, 600);
+    fa_tensor v6 =
+        au_bshd((void *)((uintptr_t)3 << 44), a.seqlen_k, a.heads_kv, 600);
+    fa_tensor o6 =
+        au_bshd((void *)((uintptr_t)4 << 44), a.seqlen_q, a.heads_q, 600);
     s = fa_plan_create(ctx, &a, q6, k6, v6, o6, &plan);
   }
   EXPECT_FAIL("plan head_dim 600", s, FA_ERR_UNSUPPORTED, "head_dim", "600");

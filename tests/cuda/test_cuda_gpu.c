@@ -54,8 +54,24 @@ typedef struct buf {
   size_t bytes;
 } buf;
 
-enum { Q, K, V, O, DO_, DQ, DK, DV, LSE, CUQ, CUK, USED, TABLE, SLOPES,
-       SINKS, NB };
+enum {
+  Q,
+  K,
+  V,
+  O,
+  DO_,
+  DQ,
+  DK,
+  DV,
+  LSE,
+  CUQ,
+  CUK,
+  USED,
+  TABLE,
+  SLOPES,
+  SINKS,
+  NB
+};
 
 typedef struct inst {
   prob pr;
@@ -83,7 +99,8 @@ static void inst_free(inst *s) {
 
 static void fill(buf *b, fa_dtype t) {
   size_t n = b->bytes / ts_dtype_size(t);
-  for (size_t i = 0; i < n; i++) ts_store(b->h, t, (int64_t)i, ts_rng_normal(&rng));
+  for (size_t i = 0; i < n; i++)
+    ts_store(b->h, t, (int64_t)i, ts_rng_normal(&rng));
 }
 
 static int upload(inst *s, int i) {
@@ -140,7 +157,8 @@ static int inst_make(inst *s, const prob *pr) {
   if (pr->layout) {
     if (buf_make(&s->x[USED], sizeof(int32_t) * B)) return -1;
     int32_t *u = s->x[USED].h;
-    for (int b = 0; b < B; b++) u[b] = b ? ts_rng_int(&rng, 0, s->lk[b]) : s->lk[b];
+    for (int b = 0; b < B; b++)
+      u[b] = b ? ts_rng_int(&rng, 0, s->lk[b]) : s->lk[b];
     a->seqused_k = u;
   }
   if (pr->layout == 1) {
@@ -172,8 +190,8 @@ static int inst_make(inst *s, const prob *pr) {
   }
   // Dense BSHD views; varlen: one batch of all rows; paged: the page pool.
   int dims[8] = {pr->d, pr->d, pr->dv, pr->dv, pr->dv, pr->d, pr->d, pr->dv};
-  int heads[8] = {pr->hq, pr->hkv, pr->hkv, pr->hq, pr->hq, pr->hq, pr->hkv,
-                  pr->hkv};
+  int heads[8] = {pr->hq, pr->hkv, pr->hkv, pr->hq,
+                  pr->hq, pr->hq,  pr->hkv, pr->hkv};
   for (int i = 0; i < 8; i++) {
     int klike = i == K || i == V || i == DK || i == DV;
     int64_t rows = klike ? krows : qrows;
@@ -217,7 +235,8 @@ static int inst_make(inst *s, const prob *pr) {
   return 0;
 }
 
-/* ---- comparisons ----------------------------------------------------------- */
+/* ---- comparisons -----------------------------------------------------------
+ */
 
 static double *widen(const void *p, fa_dtype t, size_t n) {
   double *d = malloc(sizeof(double) * (n ? n : 1));
@@ -264,8 +283,8 @@ static double tol(fa_dtype t) {
 
 /* Forward on GPU context c into host copies of o and lse. */
 static fa_status ctx_forward(fa_context *c, inst *s, void *o, float *lse) {
-  fa_status st = fa_forward(c, &s->ag, s->tg[Q], s->tg[K], s->tg[V],
-                            s->tg[O], s->x[LSE].g);
+  fa_status st = fa_forward(c, &s->ag, s->tg[Q], s->tg[K], s->tg[V], s->tg[O],
+                            s->x[LSE].g);
   if (st) return st;
   if ((st = fa_copy_to_host(gpu, o, s->x[O].g, s->x[O].bytes))) return st;
   return fa_copy_to_host(gpu, lse, s->x[LSE].g, s->x[LSE].bytes);
@@ -287,7 +306,8 @@ static void planned_kernel(fa_context *c, inst *s, char *text, size_t n) {
 }
 
 static void describe(const prob *p, char *text, size_t n) {
-  snprintf(text, n, "%s %s b%d sq%d sk%d hq%d hkv%d d%d dv%d causal=%d "
+  snprintf(text, n,
+           "%s %s b%d sq%d sk%d hq%d hkv%d d%d dv%d causal=%d "
            "win=%d,%d cap=%g alibi=%d sinks=%d layout=%d page=%d",
            p->name, ts_dtype_name(p->dt), p->b, p->sq, p->sk, p->hq, p->hkv,
            p->d, p->dv, p->causal, p->wl, p->wr, (double)p->cap, p->alibi,
@@ -307,8 +327,8 @@ static void check_sm90_taken(inst *s, const prob *pr, const char *name) {
   char text[512];
   planned_kernel(gpu, s, text, sizeof text);
   if (major == 9 && minor == 0)
-    CHECK(strstr(text, "cuda.sm90.") != NULL, "%s: sm90 not planned: %s",
-          name, text);
+    CHECK(strstr(text, "cuda.sm90.") != NULL, "%s: sm90 not planned: %s", name,
+          text);
 }
 
 static void run_case(const prob *pr, int bwd) {
@@ -326,21 +346,22 @@ static void run_case(const prob *pr, int bwd) {
   float *l_cpu = calloc(1, nl), *l_gpu = calloc(1, nl), *l_gen = calloc(1, nl);
   if (!o_cpu || !o_gpu || !o_gen || !l_cpu || !l_gpu || !l_gen) goto done;
   s.th[O].data = o_cpu;
-  fa_status st = fa_forward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], s.th[O],
-                            l_cpu);
+  fa_status st =
+      fa_forward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], s.th[O], l_cpu);
   CHECK(st == FA_OK, "%s: cpu forward: %s", name, fa_last_error());
   st = gpu_forward(&s, o_gpu, l_gpu);
   CHECK(st == FA_OK, "%s: gpu forward: %s", name, fa_last_error());
   fa_status st2 = ctx_forward(gen, &s, o_gen, l_gen);
   CHECK(st2 == FA_OK, "%s: gpu generic forward: %s", name, fa_last_error());
   if (st || st2) goto done;
-  double e1 = diff(o_cpu, o_gpu, pr->dt, n_o), e2 = diff(o_cpu, o_gen, pr->dt, n_o);
+  double e1 = diff(o_cpu, o_gpu, pr->dt, n_o),
+         e2 = diff(o_cpu, o_gen, pr->dt, n_o);
   double l1 = lse_diff(&s, l_cpu, l_gpu), l2 = lse_diff(&s, l_cpu, l_gen);
   double t = tol(pr->dt);
   CHECK(e1 <= t && l1 <= 1e-5, "%s: gpu vs cpu: o %.3e lse %.3e (tol %.1e)",
         name, e1, l1, t);
-  CHECK(e2 <= t && l2 <= 1e-5, "%s: generic vs cpu: o %.3e lse %.3e", name,
-        e2, l2);
+  CHECK(e2 <= t && l2 <= 1e-5, "%s: generic vs cpu: o %.3e lse %.3e", name, e2,
+        l2);
   printf("%-100s fwd: gpu %.1e generic %.1e lse %.1e\n", name, e1, e2, l1);
   check_sm90_taken(&s, pr, name);
   // Determinism: a second run is bitwise equal.
@@ -382,8 +403,7 @@ static void run_case(const prob *pr, int bwd) {
         CHECK(e[0] <= tb && e[1] <= tb && e[2] <= tb,
               "%s: backward gpu vs cpu: dq %.2e dk %.2e dv %.2e (tol %.1e)",
               name, e[0], e[1], e[2], tb);
-        printf("%-100s bwd: dq %.1e dk %.1e dv %.1e\n", name, e[0], e[1],
-               e[2]);
+        printf("%-100s bwd: dq %.1e dk %.1e dv %.1e\n", name, e[0], e[1], e[2]);
       }
     }
     for (int i = 0; i < 3; i++) {
@@ -401,13 +421,13 @@ done:
   inst_free(&s);
 }
 
-/* ---- plumbing ------------------------------------------------------------------ */
+/* ---- plumbing
+ * ------------------------------------------------------------------ */
 
 static void check_memory_and_errors(void) {
   void *p = NULL;
   fa_status s = fa_malloc(gpu, (size_t)1 << 60, &p);
-  CHECK(s == FA_ERR_OUT_OF_MEMORY, "fa_malloc(2^60): %s",
-        fa_status_string(s));
+  CHECK(s == FA_ERR_OUT_OF_MEMORY, "fa_malloc(2^60): %s", fa_status_string(s));
   printf("fa_malloc(2^60): %s: %s\n", fa_status_string(s), fa_last_error());
   char host[64] = {0};
   s = fa_copy_to_host(gpu, host, (void *)(uintptr_t)0x10, sizeof host);
@@ -434,8 +454,8 @@ static void check_memory_and_errors(void) {
 
 /* A stream of the CUDA runtime: results equal the default stream's. */
 static void check_stream(void) {
-  prob pr = {"stream", FA_BF16, 2, 200, 300, 4, 2, 128, 128, 1, -1, -1, 0, 0,
-             0, 0, 0};
+  prob pr = {"stream", FA_BF16, 2,  200, 300, 4, 2, 128, 128,
+             1,        -1,      -1, 0,   0,   0, 0, 0};
   inst s;
   if (inst_make(&s, &pr)) {
     CHECK(0, "stream: setup failed");
@@ -529,19 +549,24 @@ static void check_merge(void) {
   if (outl.g) fa_free(gpu, outl.g);
 }
 
-/* ---- binding by name: the kernel named runs, or the call fails --------------- */
+/* ---- binding by name: the kernel named runs, or the call fails
+ * --------------- */
 
 /* Every kernel of the module: bound by name, a problem it accepts runs on
    it (fa_plan_describe names it, results match the CPU) and one it
    declines fails with FA_ERR_UNSUPPORTED and the reason. */
 static void check_by_name(void) {
-  static const char *names[] = {
-      "cuda.sm90.bf16.d64",         "cuda.sm90.f16.d128",
-      "cuda.sm90.bf16.d256",        "cuda.sm80.bf16.d64",
-      "cuda.sm80.f16.d96",          "cuda.sm80.bf16.d128",
-      "cuda.sm80.f16.d192",         "cuda.sm80.bf16.d256",
-      "cuda.sm80.f16.d64.decode",   "cuda.sm80.bf16.d128.decode",
-      "cuda.generic"};
+  static const char *names[] = {"cuda.sm90.bf16.d64",
+                                "cuda.sm90.f16.d128",
+                                "cuda.sm90.bf16.d256",
+                                "cuda.sm80.bf16.d64",
+                                "cuda.sm80.f16.d96",
+                                "cuda.sm80.bf16.d128",
+                                "cuda.sm80.f16.d192",
+                                "cuda.sm80.bf16.d256",
+                                "cuda.sm80.f16.d64.decode",
+                                "cuda.sm80.bf16.d128.decode",
+                                "cuda.generic"};
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
@@ -557,8 +582,9 @@ static void check_by_name(void) {
     fa_dtype dt = generic ? FA_F32 : strstr(name, "bf16") ? FA_BF16 : FA_F16;
     int sm90 = strstr(name, ".sm90.") != NULL;
     // accepted: shaped for the kernel (enough rows for sm90's tile)
-    prob ok = {"by name", dt, 2, 150, 170, 4, 2, dim, dim, FA_CAUSAL_BOTTOM_RIGHT,
-               -1, -1, 0, 0, 0, 0, 0};
+    prob ok = {
+        "by name", dt, 2, 150, 170, 4, 2, dim, dim, FA_CAUSAL_BOTTOM_RIGHT,
+        -1,        -1, 0, 0,   0,   0, 0};
     inst s;
     if (inst_make(&s, &ok)) {
       CHECK(0, "%s: setup failed", name);
@@ -573,13 +599,15 @@ static void check_by_name(void) {
     fa_status st = o && l ? ctx_forward(c, &s, o, l) : FA_ERR_OUT_OF_MEMORY;
     if (sm90 && !(major == 9 && minor == 0)) {
       CHECK(st == FA_ERR_UNSUPPORTED && strstr(fa_last_error(), "sm_90"),
-            "%s on cc %d.%d: %s: %s", name, major, minor,
-            fa_status_string(st), fa_last_error());
+            "%s on cc %d.%d: %s: %s", name, major, minor, fa_status_string(st),
+            fa_last_error());
     } else {
       char want[96];
       snprintf(want, sizeof want, "kernel=%s ", name);
-      CHECK(strstr(text, want) != NULL, "%s: the plan names another kernel: "
-            "%s", name, text);
+      CHECK(strstr(text, want) != NULL,
+            "%s: the plan names another kernel: "
+            "%s",
+            name, text);
       CHECK(st == FA_OK, "%s: forward: %s", name, fa_last_error());
       s.th[O].data = oc;
       if (!st && oc && lc &&
@@ -612,7 +640,8 @@ static void check_by_name(void) {
   }
 }
 
-/* ---- no host work on the hot path ---------------------------------------------- */
+/* ---- no host work on the hot path
+ * ---------------------------------------------- */
 
 /* A planned forward and backward of a varlen and of a paged problem,
    recorded in a global-mode capture of the context's stream: any
@@ -622,8 +651,8 @@ static void check_capture(void) {
   static const prob cases[] = {
       {"capture varlen", FA_BF16, 3, 150, 200, 8, 2, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 1, 0},
-      {"capture paged", FA_BF16, 3, 40, 300, 8, 2, 128, 128, 0, -1, -1, 0, 0,
-       1, 2, 16},
+      {"capture paged", FA_BF16, 3, 40, 300, 8, 2, 128, 128, 0, -1, -1, 0, 0, 1,
+       2, 16},
       {"capture varlen d64 generic bwd", FA_F16, 2, 90, 120, 4, 4, 64, 64, 0,
        -1, -1, 0, 1, 0, 1, 0},
   };
@@ -640,8 +669,8 @@ static void check_capture(void) {
       goto next;
     }
     CHECK(fa_context_set_stream(gpu, stream) == FA_OK, "set_stream");
-    fa_status st = fa_plan_create(gpu, &s.ag, s.tg[Q], s.tg[K], s.tg[V],
-                                  s.tg[O], &pf);
+    fa_status st =
+        fa_plan_create(gpu, &s.ag, s.tg[Q], s.tg[K], s.tg[V], s.tg[O], &pf);
     if (!st)
       st = fa_plan_create_backward(gpu, &s.ag, s.tg[Q], s.tg[K], s.tg[V],
                                    s.tg[O], s.tg[DO_], s.tg[DQ], s.tg[DK],
@@ -655,9 +684,8 @@ static void check_capture(void) {
     // Direct run: the reference.
     st = fa_plan_forward(pf, s.tg[Q], s.tg[K], s.tg[V], s.tg[O], s.x[LSE].g);
     if (!st)
-      st = fa_plan_backward(pb, s.tg[Q], s.tg[K], s.tg[V], s.tg[O],
-                            s.tg[DO_], s.x[LSE].g, s.tg[DQ], s.tg[DK],
-                            s.tg[DV]);
+      st = fa_plan_backward(pb, s.tg[Q], s.tg[K], s.tg[V], s.tg[O], s.tg[DO_],
+                            s.x[LSE].g, s.tg[DQ], s.tg[DK], s.tg[DV]);
     if (!st) st = fa_copy_to_host(gpu, ref, s.x[O].g, no);
     if (!st) st = fa_copy_to_host(gpu, (char *)ref + no, s.x[DQ].g, nq);
     CHECK(st == FA_OK, "%s: direct run: %s", pr->name, fa_last_error());
@@ -669,17 +697,15 @@ static void check_capture(void) {
     fa_status sf = FA_ERR_BACKEND, sb = FA_ERR_BACKEND;
     char why[512] = "";
     if (e == cudaSuccess) {
-      sf = fa_plan_forward(pf, s.tg[Q], s.tg[K], s.tg[V], s.tg[O],
-                           s.x[LSE].g);
+      sf = fa_plan_forward(pf, s.tg[Q], s.tg[K], s.tg[V], s.tg[O], s.x[LSE].g);
       if (sf) snprintf(why, sizeof why, "forward: %s", fa_last_error());
-      sb = fa_plan_backward(pb, s.tg[Q], s.tg[K], s.tg[V], s.tg[O],
-                            s.tg[DO_], s.x[LSE].g, s.tg[DQ], s.tg[DK],
-                            s.tg[DV]);
+      sb = fa_plan_backward(pb, s.tg[Q], s.tg[K], s.tg[V], s.tg[O], s.tg[DO_],
+                            s.x[LSE].g, s.tg[DQ], s.tg[DK], s.tg[DV]);
       if (sb && !sf) snprintf(why, sizeof why, "backward: %s", fa_last_error());
       e = cudaStreamEndCapture(stream, &graph);
     }
-    CHECK(e == cudaSuccess && !sf && !sb, "%s: captured calls: %s %s",
-          pr->name, cudaGetErrorString(e), why);
+    CHECK(e == cudaSuccess && !sf && !sb, "%s: captured calls: %s %s", pr->name,
+          cudaGetErrorString(e), why);
     (void)cudaGetLastError();
     if (e == cudaSuccess && !sf && !sb &&
         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
@@ -691,10 +717,11 @@ static void check_capture(void) {
       // dQ of the tensor-core backwards adds atomically: compare loosely.
       double e_dq = diff((char *)ref + no, (char *)got + no, pr->dt,
                          nq / ts_dtype_size(pr->dt));
-      CHECK(same && e_dq <= 1e-2, "%s: replay differs: o %s, dq %.2e",
-            pr->name, same ? "same" : "differs", e_dq);
+      CHECK(same && e_dq <= 1e-2, "%s: replay differs: o %s, dq %.2e", pr->name,
+            same ? "same" : "differs", e_dq);
       printf("%-40s captured (no copy, no sync) and replayed: o equal, dq "
-             "%.1e\n", pr->name, e_dq);
+             "%.1e\n",
+             pr->name, e_dq);
     } else if (e == cudaSuccess && !sf && !sb) {
       CHECK(0, "%s: graph replay failed", pr->name);
     }
@@ -711,7 +738,8 @@ static void check_capture(void) {
   }
 }
 
-/* ---- device arrays the core does not check ---------------------------------- */
+/* ---- device arrays the core does not check ----------------------------------
+ */
 
 /* Unchecked mode: cu_seqlens past rows_q/rows_k or decreasing, seqused_k
    beyond the keys, block-table entries outside [0, num_pages). The calls
@@ -722,10 +750,10 @@ static void check_bad_arrays(void) {
   static const prob cases[] = {
       {"bad varlen", FA_BF16, 3, 150, 200, 8, 2, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 1, 0},
-      {"bad varlen d64", FA_F16, 3, 100, 130, 4, 4, 64, 64, 0, -1, -1, 0, 0,
-       0, 1, 0},
-      {"bad paged", FA_BF16, 2, 20, 300, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0,
-       2, 16},
+      {"bad varlen d64", FA_F16, 3, 100, 130, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0,
+       1, 0},
+      {"bad paged", FA_BF16, 2, 20, 300, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 2,
+       16},
   };
   fa_context *ctxs[2] = {gpu, gen};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -738,15 +766,15 @@ static void check_bad_arrays(void) {
     }
     if (pr->layout == 1) {
       int32_t *cq = s.x[CUQ].h, *ck = s.x[CUK].h, *u = s.x[USED].h;
-      cq[1] = 1 << 30;  // past rows_q
-      cq[2] = -5;       // before the start, and decreasing
+      cq[1] = 1 << 30;   // past rows_q
+      cq[2] = -5;        // before the start, and decreasing
       ck[1] = ck[3] + 7; // past rows_k
       ck[2] = INT32_MAX;
-      u[0] = 1 << 28;   // more keys than the sequence has
+      u[0] = 1 << 28; // more keys than the sequence has
       u[1] = -3;
     } else {
       int32_t *t = s.x[TABLE].h, *u = s.x[USED].h;
-      t[0] = -7;                  // outside the pool
+      t[0] = -7;                   // outside the pool
       t[1] = s.ah.num_pages + 100; // past it
       t[3] = INT32_MIN;
       u[0] = 1 << 28;
@@ -775,18 +803,18 @@ static void check_positions(void) {
   static const prob cases[] = {
       {"positions causal", FA_BF16, 2, 200, 300, 8, 2, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 0, 0},
-      {"positions window alibi", FA_F16, 1, 150, 150, 4, 4, 64, 64, 0, 40, 3,
-       0, 1, 0, 0, 0},
+      {"positions window alibi", FA_F16, 1, 150, 150, 4, 4, 64, 64, 0, 40, 3, 0,
+       1, 0, 0, 0},
       {"positions varlen", FA_BF16, 3, 130, 140, 4, 2, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 1, 0},
       // More q blocks than SMs: the sm90 kernel on sm_90.
       {"sm90 positions causal", FA_BF16, 2, 700, 900, 40, 8, 128, 128,
        FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 0, 0},
-      {"sm90 positions window d64", FA_F16, 2, 600, 600, 48, 12, 64, 64, 0,
-       200, 0, 0, 0, 0, 0, 0},
+      {"sm90 positions window d64", FA_F16, 2, 600, 600, 48, 12, 64, 64, 0, 200,
+       0, 0, 0, 0, 0, 0},
   };
-  const int64_t offsets[][2] = {{1000, 900}, {7, 50}, {0, 0}, {300, 0},
-                                {0, 250}};
+  const int64_t offsets[][2] = {
+      {1000, 900}, {7, 50}, {0, 0}, {300, 0}, {0, 250}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const prob *pr = &cases[c];
     inst s;
@@ -805,8 +833,8 @@ static void check_positions(void) {
     void *oc = calloc(1, no), *og = calloc(1, no);
     float *lc = calloc(1, s.x[LSE].bytes), *lg = calloc(1, s.x[LSE].bytes);
     s.th[O].data = oc;
-    fa_status st = fa_forward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], s.th[O],
-                              lc);
+    fa_status st =
+        fa_forward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], s.th[O], lc);
     fa_status st2 = gpu_forward(&s, og, lg);
     CHECK(!st && !st2, "%s: cpu %s, gpu %s", pr->name, fa_status_string(st),
           fa_last_error());
@@ -861,33 +889,37 @@ int main(int argc, char **argv) {
   static const prob quick_cases[] = {
       {"plain", FA_BF16, 2, 130, 200, 4, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0, 0},
       {"causal", FA_F16, 1, 257, 257, 2, 1, 64, 64, BR, -1, -1, 0, 0, 0, 0, 0},
-      {"paged", FA_BF16, 3, 40, 300, 4, 1, 128, 128, BR, -1, -1, 0, 0, 1, 2, 16},
+      {"paged", FA_BF16, 3, 40, 300, 4, 1, 128, 128, BR, -1, -1, 0, 0, 1, 2,
+       16},
       {"generic", FA_F32, 2, 33, 70, 3, 3, 40, 24, TL, -1, -1, 0, 1, 0, 1, 0},
       {"decode", FA_BF16, 2, 1, 3000, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0, 0},
       // Small enough for racecheck, with more q blocks (140) than an H200
       // has SMs (132), so the sm90 kernel runs and some CTAs take two.
-      {"sm90 quick causal", FA_BF16, 1, 200, 300, 70, 10, 128, 128, BR, -1,
-       -1, 0, 0, 0, 0, 0},
-      {"sm90 quick varlen", FA_F16, 2, 150, 130, 70, 70, 64, 64, 0, -1, -1,
-       0, 0, 1, 1, 0},
+      {"sm90 quick causal", FA_BF16, 1, 200, 300, 70, 10, 128, 128, BR, -1, -1,
+       0, 0, 0, 0, 0},
+      {"sm90 quick varlen", FA_F16, 2, 150, 130, 70, 70, 64, 64, 0, -1, -1, 0,
+       0, 1, 1, 0},
   };
   static const prob full_cases[] = {
       {"d64", FA_BF16, 2, 300, 300, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0, 0, 0},
       {"d96", FA_F16, 2, 200, 129, 4, 2, 96, 96, BR, -1, -1, 0, 0, 0, 0, 0},
-      {"d128 tl", FA_BF16, 2, 300, 170, 4, 2, 128, 128, TL, -1, -1, 0, 0, 0, 0, 0},
+      {"d128 tl", FA_BF16, 2, 300, 170, 4, 2, 128, 128, TL, -1, -1, 0, 0, 0, 0,
+       0},
       {"d192", FA_BF16, 1, 150, 250, 2, 2, 192, 192, BR, -1, -1, 0, 0, 0, 0, 0},
       {"d256", FA_F16, 1, 100, 333, 2, 1, 256, 256, 0, -1, -1, 0, 0, 0, 0, 0},
       {"window", FA_BF16, 2, 500, 500, 2, 1, 128, 128, 0, 37, 5, 0, 0, 0, 0, 0},
       {"softcap alibi sinks", FA_F16, 2, 190, 260, 4, 2, 64, 64, BR, -1, -1,
        30.0f, 1, 1, 0, 0},
-      {"gqa7", FA_BF16, 1, 77, 400, 14, 2, 128, 128, BR, 100, -1, 0, 0, 0, 0, 0},
-      {"varlen", FA_BF16, 4, 140, 180, 4, 2, 128, 128, BR, -1, -1, 0, 0, 0, 1, 0},
+      {"gqa7", FA_BF16, 1, 77, 400, 14, 2, 128, 128, BR, 100, -1, 0, 0, 0, 0,
+       0},
+      {"varlen", FA_BF16, 4, 140, 180, 4, 2, 128, 128, BR, -1, -1, 0, 0, 0, 1,
+       0},
       {"varlen d64 sinks", FA_F16, 3, 90, 90, 2, 2, 64, 64, 0, -1, -1, 0, 0, 1,
        1, 0},
       {"paged odd page", FA_BF16, 2, 60, 700, 8, 2, 128, 128, 0, -1, -1, 0, 1,
        0, 2, 7},
-      {"decode gqa split", FA_F16, 4, 1, 9000, 32, 8, 128, 128, 0, -1, -1, 0,
-       0, 0, 2, 64},
+      {"decode gqa split", FA_F16, 4, 1, 9000, 32, 8, 128, 128, 0, -1, -1, 0, 0,
+       0, 2, 64},
       {"decode sinks", FA_BF16, 1, 4, 5000, 4, 4, 64, 64, BR, -1, -1, 0, 0, 1,
        0, 0},
       {"f32 d80", FA_F32, 2, 65, 129, 2, 1, 80, 80, BR, -1, -1, 0, 0, 0, 0, 0},
@@ -898,16 +930,16 @@ int main(int argc, char **argv) {
       // Shapes with more q blocks than SMs: the sm90 kernel on sm_90 (its
       // persistent CTAs then take several items each, crossing the K/V
       // ring's phases between items).
-      {"sm90 d128 full", FA_BF16, 2, 1100, 1100, 40, 40, 128, 128, 0, -1, -1,
-       0, 0, 0, 0, 0},
+      {"sm90 d128 full", FA_BF16, 2, 1100, 1100, 40, 40, 128, 128, 0, -1, -1, 0,
+       0, 0, 0, 0},
       {"sm90 d64 causal gqa", FA_F16, 3, 700, 700, 48, 12, 64, 64, BR, -1, -1,
        0, 0, 0, 0, 0},
-      {"sm90 d256 window varlen", FA_BF16, 4, 300, 400, 40, 8, 256, 256, 0,
-       100, 20, 0, 0, 0, 1, 0},
+      {"sm90 d256 window varlen", FA_BF16, 4, 300, 400, 40, 8, 256, 256, 0, 100,
+       20, 0, 0, 0, 1, 0},
       {"sm90 d128 softcap alibi sinks", FA_F16, 2, 520, 777, 64, 8, 128, 128,
        BR, -1, -1, 30.0f, 1, 1, 0, 0},
-      {"sm90 d128 top-left", FA_BF16, 2, 900, 600, 40, 20, 128, 128, TL, -1,
-       -1, 0, 0, 0, 0, 0},
+      {"sm90 d128 top-left", FA_BF16, 2, 900, 600, 40, 20, 128, 128, TL, -1, -1,
+       0, 0, 0, 0, 0},
       {"sm90 d64 varlen odd", FA_BF16, 5, 333, 251, 36, 36, 64, 64, BR, -1, -1,
        0, 0, 0, 1, 0},
       // The sm90 backward zeroes key rows past seqused_k in its tiles.

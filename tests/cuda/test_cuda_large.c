@@ -121,7 +121,8 @@ static int fill_cache(uint16_t *p, uint64_t seed) {
   return started;
 }
 
-/* ---- the cases ------------------------------------------------------------ */
+/* ---- the cases ------------------------------------------------------------
+ */
 
 typedef struct kase {
   const char *name;
@@ -182,7 +183,8 @@ static void compare(const kase *c, const uint16_t *ro, const float *rl,
       err[0] = ts_rel_err(x, y, k);
       err[1] = ts_max_err(x, y, k);
     }
-    if (!ts_nonfinite_parity(lx, ly, kl, &first)) err[2] = ts_lse_err(lx, ly, kl);
+    if (!ts_nonfinite_parity(lx, ly, kl, &first))
+      err[2] = ts_lse_err(lx, ly, kl);
   }
   free(x);
   free(y);
@@ -342,7 +344,8 @@ static void run_case(const kase *c, void *hcache, void *dcache) {
   const int kh = c->oh / (c->hq / c->hkv);
   fa_tensor oq = hq_, ok_ = hk, ov = hv;
   oq.data = q + (size_t)c->ob * qb + (size_t)c->oi * qs + (size_t)c->oh * D;
-  ok_.data = (uint16_t *)hk.data + c->ob * hk.stride_batch + kh * hk.stride_head;
+  ok_.data =
+      (uint16_t *)hk.data + c->ob * hk.stride_batch + kh * hk.stride_head;
   ov.data = (uint16_t *)hv.data + c->ob * hv.stride_batch + kh * hv.stride_head;
   t0 = ts_now();
   int oerr = fa_oracle_forward(&ao, oq, ok_, ov, oo, ol);
@@ -465,9 +468,10 @@ int main(void) {
     const size_t tail = (size_t)4 << 20;
     unsigned char *back = malloc(tail);
     if (!st && back) {
-      st = fa_copy_to_host(gpu, back, (char *)dcache + CACHE_BYTES - tail, tail);
-      CHECK(st == FA_OK && !memcmp(back, (char *)hcache + CACHE_BYTES - tail,
-                                   tail),
+      st =
+          fa_copy_to_host(gpu, back, (char *)dcache + CACHE_BYTES - tail, tail);
+      CHECK(st == FA_OK &&
+                !memcmp(back, (char *)hcache + CACHE_BYTES - tail, tail),
             "the cache's last 4 MiB differ on the device: %s",
             st ? fa_last_error() : "contents");
     }
@@ -477,14 +481,14 @@ int main(void) {
     const int BR = FA_CAUSAL_BOTTOM_RIGHT;
     // name b sq sk hq hkv causal packed cpu_rows | oracle: b h row rows
     static const kase cases[] = {
-        {"dense b1 (k, v: 2^32 elements each)", 1, 4, SK_MAX, 32, 32, BR, 0,
-         0, 0, 31, 0, 4},
+        {"dense b1 (k, v: 2^32 elements each)", 1, 4, SK_MAX, 32, 32, BR, 0, 0,
+         0, 31, 0, 4},
         {"dense b2 (batch stride 2^31)", 2, 1, SK_MAX / 2, 32, 32, 0, 0, 0, 1,
          17, 0, 1},
-        {"packed gqa 32/8 (k, v span 2^33 elements)", 1, 2, SK_MAX, 32, 8, 0,
-         1, 0, 0, 30, 0, 2},
-        {"causal 640 (sm90 on an H200)", 1, 640, SK_MAX, 32, 32, BR, 0, 4, 0,
-         5, 636, 4},
+        {"packed gqa 32/8 (k, v span 2^33 elements)", 1, 2, SK_MAX, 32, 8, 0, 1,
+         0, 0, 30, 0, 2},
+        {"causal 640 (sm90 on an H200)", 1, 640, SK_MAX, 32, 32, BR, 0, 4, 0, 5,
+         636, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
       run_case(&cases[i], hcache, dcache);

@@ -39,7 +39,7 @@ int main(void) {
   printf("fa_explain (bf16, d128, causal):\n%s", text);
   const char *line = strstr(text, "cuda");
   CHECK(line != NULL, "fa_explain has no cuda line: is libflashattn-cuda.so "
-        "beside libflashattn?");
+                      "beside libflashattn?");
   // The placeholder of a module that did not load says "module ... not
   // loaded" (or refused to start); the loaded backend's reasons differ.
   CHECK(strstr(text, "libflashattn-cuda.so not loaded") == NULL &&
@@ -77,8 +77,7 @@ int main(void) {
     s = fa_context_create_by_name(&ctx, "cuda");
     CHECK(s == FA_ERR_NO_DEVICE, "by name: got %s", fa_status_string(s));
     s = fa_context_create_by_name(&ctx, "cuda.sm90.bf16.d128");
-    CHECK(s == FA_ERR_NO_DEVICE, "kernel by name: got %s",
-          fa_status_string(s));
+    CHECK(s == FA_ERR_NO_DEVICE, "kernel by name: got %s", fa_status_string(s));
     printf("no usable CUDA device here: checked that this is reported\n");
   } else {
     // sm_90 devices take the sm90 kernel, others the sm80 one.
@@ -102,8 +101,8 @@ int main(void) {
     fa_status s = fa_context_create(&ctx, FA_BACKEND_CUDA, 0);
     CHECK(s == FA_OK, "FA_BACKEND_CUDA: %s", fa_last_error());
     if (ctx) {
-      CHECK(strcmp(fa_context_backend(ctx), "cuda") == 0,
-            "context backend %s", fa_context_backend(ctx));
+      CHECK(strcmp(fa_context_backend(ctx), "cuda") == 0, "context backend %s",
+            fa_context_backend(ctx));
       fa_context_destroy(ctx);
     }
     s = fa_context_create(&ctx, FA_BACKEND_CUDA, 4096);

@@ -77,16 +77,18 @@ static int walk_bytes(const fa_tensor *t, const int64_t ext[4], uintptr_t lo,
           for (size_t e = 0; e < es; e++) {
             size_t x = (size_t)(at + e - lo);
             if (at + e < lo || x >= map_bytes) continue;
-            if (!test) map[x] = 1;
-            else if (map[x]) return 1;
+            if (!test)
+              map[x] = 1;
+            else if (map[x])
+              return 1;
           }
         }
   return 0;
 }
 
 /* Whether views a and b (extents ext) share a byte, by painting. */
-int tensors_meet(const fa_tensor *a, const fa_tensor *b,
-                        const int64_t ext[4], uintptr_t lo, uintptr_t hi) {
+int tensors_meet(const fa_tensor *a, const fa_tensor *b, const int64_t ext[4],
+                 uintptr_t lo, uintptr_t hi) {
   size_t bytes = (size_t)(hi - lo);
   unsigned char *map = calloc(bytes ? bytes : 1, 1);
   if (!map) die("harness out of memory");
@@ -411,8 +413,7 @@ FZ_CHECKER void extract_q(fz_case *c, int i, double *out, const char *what) {
   fz_buf *bb = buf_of(c, i);
   unsigned char *mk = marks_of(c, i); // (NULL data: an empty view, n = 0)
   size_t es = dsize(t->dtype), n = bb ? bb->bytes / es : 0;
-  size_t stray = bb ? first_stray(mk, bb->data, bb->snap + bb->lead, n, es)
-                    : 0;
+  size_t stray = bb ? first_stray(mk, bb->data, bb->snap + bb->lead, n, es) : 0;
   if (stray < n)
     die("%s: %s element %zu (outside its view) was written", what, tname[i],
         stray);

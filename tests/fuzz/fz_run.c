@@ -166,8 +166,8 @@ void run_plan(fz_run *run, fa_status fwd_status, const char *fwd_msg,
   all_snapshot(c);
   fa_plan *const sentinel = (fa_plan *)(uintptr_t)0x40;
   fa_plan *plan = sentinel;
-  fa_status s = fa_plan_create(run->ctx, &c->a, c->t[T_Q], c->t[T_K],
-                               c->t[T_V], c->t[T_O], &plan);
+  fa_status s = fa_plan_create(run->ctx, &c->a, c->t[T_Q], c->t[T_K], c->t[T_V],
+                               c->t[T_O], &plan);
   check_status(s, "fa_plan_create", run->backend);
   if (s != FA_OK) {
     if (plan != sentinel) die("a failing fa_plan_create wrote *plan");
@@ -217,8 +217,7 @@ FZ_CHECKER static size_t compare_k(fz_case *c, int i, const double *ref,
   fz_buf *bb = buf_of(c, i);
   unsigned char *mk = marks_of(c, i); // (NULL data: an empty view, n = 0)
   size_t es = dsize(t->dtype), n = bb ? bb->bytes / es : 0;
-  size_t stray = bb ? first_stray(mk, bb->data, bb->snap + bb->lead, n, es)
-                    : 0;
+  size_t stray = bb ? first_stray(mk, bb->data, bb->snap + bb->lead, n, es) : 0;
   if (stray < n)
     die("%s: %s element %zu (outside its view) was written", what, tname[i],
         stray);
@@ -436,8 +435,8 @@ void run_merge(fz_run *run, fz_in *in) {
   const int np = n >= 1 && n <= FZ_MAX_PARTS ? n : 1;
   const int valid_ext = B >= 1 && S >= 1 && H >= 1 && D >= 1;
   // batch 0 or seqlen 0: a valid no-op
-  const int empty_ext = B >= 0 && S >= 0 && (B == 0 || S == 0) && H >= 1 &&
-                        D >= 1;
+  const int empty_ext =
+      B >= 0 && S >= 0 && (B == 0 || S == 0) && H >= 1 && D >= 1;
   if (valid_ext && (double)B * S * H * D > 8192) return;
   const int64_t elems = valid_ext ? (int64_t)B * S * H * D : 1;
   const int64_t nl = valid_ext ? (int64_t)B * H * S : 1;

@@ -210,8 +210,8 @@ int fz_bwd_tol(const fa_attention *a, fa_tensor q, fa_tensor k, fa_tensor v,
         // +inf here and turned into "unconstrained" below. Likewise when
         // dP = dO.v or D = dO.O themselves overflow fp32 (16-bit inputs near
         // their maximum: the float64 oracle resolves what fp32 cannot).
-        const int unresolved = FZ_K * FZ_EPS * r.es >= 1.0 || r.over ||
-                               dpmax + Dabs > 1e37;
+        const int unresolved =
+            FZ_K * FZ_EPS * r.es >= 1.0 || r.over || dpmax + Dabs > 1e37;
         const double sink = a->sinks ? fabs((double)a->sinks[h]) : 0.0;
         // (+ u_t: P and dS may be rounded to the storage dtype once.)
         const double ep = 2.0 * FZ_EPS * r.es + ltol[li] +

@@ -92,8 +92,8 @@ static fa_status prob_alloc(fa_context *ctx, prob *p) {
 
 static void prob_free(fa_context *ctx, prob *p) {
   for (int i = 0; i < 9; i++) {
-    if (p->buf[i]) CHECK(fa_free(ctx, p->buf[i]) == FA_OK, "fa_free: %s",
-                         fa_last_error());
+    if (p->buf[i])
+      CHECK(fa_free(ctx, p->buf[i]) == FA_OK, "fa_free: %s", fa_last_error());
     p->buf[i] = NULL;
   }
 }
@@ -149,8 +149,8 @@ static void check_leak(int cycles) {
   }
   CHECK(mem_info(&after, &total) == 0, RUNTIME " MemGetInfo failed");
   long long lost = (long long)before - (long long)after;
-  printf("%d cycles: free device memory %zu -> %zu bytes (%lld lost)\n",
-         cycles, before, after, lost);
+  printf("%d cycles: free device memory %zu -> %zu bytes (%lld lost)\n", cycles,
+         before, after, lost);
   CHECK(lost <= 2ll << 20, "%lld bytes of device memory lost over %d cycles",
         lost, cycles);
 }
@@ -169,8 +169,8 @@ static void check_oom(void) {
   // More than the device has.
   void *huge = NULL;
   fa_status s = fa_malloc(ctx, total * 2, &huge);
-  CHECK(s == FA_ERR_OUT_OF_MEMORY && huge == NULL,
-        "fa_malloc(2 x %zu): %s", total, fa_status_string(s));
+  CHECK(s == FA_ERR_OUT_OF_MEMORY && huge == NULL, "fa_malloc(2 x %zu): %s",
+        total, fa_status_string(s));
   CHECK(*fa_last_error() != '\0', "no message with FA_ERR_OUT_OF_MEMORY");
   printf("fa_malloc(2 x device memory): %s: %s\n", fa_status_string(s),
          fa_last_error());
@@ -199,8 +199,8 @@ static void check_oom(void) {
     nfill++;
   mem_info(&free_b, &total);
   s = fa_backward(fresh, &p.a, view(&p, 0), view(&p, 1), view(&p, 2),
-                  view(&p, 3), view(&p, 4), p.buf[8], view(&p, 5),
-                  view(&p, 6), view(&p, 7));
+                  view(&p, 3), view(&p, 4), p.buf[8], view(&p, 5), view(&p, 6),
+                  view(&p, 7));
   if (!s) s = fa_synchronize(fresh);
   if (nfill < 512) {
     CHECK(s == FA_ERR_OUT_OF_MEMORY, "backward with %zu bytes free: %s: %s",
@@ -209,15 +209,16 @@ static void check_oom(void) {
            fa_status_string(s), fa_last_error());
   } else {
     printf("could not fill the device (%zu bytes still free): the workspace "
-           "check is skipped\n", free_b);
+           "check is skipped\n",
+           free_b);
   }
   for (int i = 0; i < nfill; i++) fa_free(ctx, fill[i]);
   s = fa_backward(fresh, &p.a, view(&p, 0), view(&p, 1), view(&p, 2),
-                  view(&p, 3), view(&p, 4), p.buf[8], view(&p, 5),
-                  view(&p, 6), view(&p, 7));
+                  view(&p, 3), view(&p, 4), p.buf[8], view(&p, 5), view(&p, 6),
+                  view(&p, 7));
   if (!s) s = fa_synchronize(fresh);
-  CHECK(s == FA_OK, "backward once memory is back: %s: %s",
-        fa_status_string(s), fa_last_error());
+  CHECK(s == FA_OK, "backward once memory is back: %s: %s", fa_status_string(s),
+        fa_last_error());
   fa_context_destroy(fresh);
   prob_free(ctx, &p);
   fa_context_destroy(ctx);

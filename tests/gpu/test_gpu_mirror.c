@@ -86,16 +86,20 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
         if (lo <= j && j < hi) {
           if (first < 0) first = i;
           last = i;
-          CHECK(i >= i0 && i < i1, "%s: query %d sees key %d outside "
-                "[%d, %d)", what, i, j, i0, i1);
+          CHECK(i >= i0 && i < i1,
+                "%s: query %d sees key %d outside "
+                "[%d, %d)",
+                what, i, j, i0, i1);
         }
       }
       if (first >= 0)
-        CHECK(i0 == first && i1 == last + 1, "%s: key %d: queries [%d, %d), "
-              "expected [%d, %d]", what, j, i0, i1, first, last);
+        CHECK(i0 == first && i1 == last + 1,
+              "%s: key %d: queries [%d, %d), "
+              "expected [%d, %d]",
+              what, j, i0, i1, first, last);
       else
-        CHECK(i0 >= i1, "%s: key %d seen by none, range [%d, %d)", what, j,
-              i0, i1);
+        CHECK(i0 >= i1, "%s: key %d seen by none, range [%d, %d)", what, j, i0,
+              i1);
       for (int h = 0; h < hkv; h++)
         CHECK(fa_k_offset(p, &t, b, j, h) == fa_gpu_k_offset(&q, &v, b, j, h),
               "%s: k offset of key %d", what, j);
@@ -103,21 +107,19 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
       int i = lq ? ts_rng_int(r, 0, lq - 1) : 0;
       float x = fa_score_transform(p, s, hq - 1, i, j, shift);
       float y = fa_gpu_transform(&q, s, hq - 1, i, j, (int)shift);
-      CHECK(memcmp(&x, &y, 4) == 0, "%s: transform %g vs %g", what,
-            (double)x, (double)y);
+      CHECK(memcmp(&x, &y, 4) == 0, "%s: transform %g vs %g", what, (double)x,
+            (double)y);
     }
     for (int qb = 0; qb < plan.num_q_blocks; qb++) {
       int k0, k1, g0, g1;
       fa_plan_kv_blocks(p, &plan, shift, lq, lk, qb, &k0, &k1);
-      fa_gpu_kv_blocks(&q, plan.block_rows, plan.block_k, lq, lk, qb, &g0,
-                       &g1);
+      fa_gpu_kv_blocks(&q, plan.block_rows, plan.block_k, lq, lk, qb, &g0, &g1);
       CHECK(k0 == g0 && k1 == g1, "%s: kv blocks of q block %d", what, qb);
       for (int sp = 0; sp < plan.num_splits; sp++) {
         int a0, a1, c0, c1;
         fa_plan_split_range(k0, k1, plan.num_splits, sp, &a0, &a1);
         fa_gpu_split_range(g0, g1, plan.num_splits, sp, &c0, &c1);
-        CHECK(a0 == c0 && a1 == c1, "%s: split %d of q block %d", what, sp,
-              qb);
+        CHECK(a0 == c0 && a1 == c1, "%s: split %d of q block %d", what, sp, qb);
       }
     }
   }
@@ -267,10 +269,10 @@ static void check_softmax(ts_rng *r) {
   const float specials[] = {-INFINITY, 0.0f, 1.5f, -3.0f, 40.0f};
   for (int n = 0; n < 2000; n++) {
     // Random states, and every pair of the special ones.
-    float m = n < 25 ? specials[n / 5]
+    float m = n < 25       ? specials[n / 5]
               : n % 7 == 0 ? -INFINITY
                            : (float)ts_rng_normal(r) * 5.0f;
-    float mb = n < 25 ? specials[n % 5]
+    float mb = n < 25       ? specials[n % 5]
                : n % 5 == 0 ? -INFINITY
                             : (float)ts_rng_normal(r) * 5.0f;
     float l = m == -INFINITY ? 0.0f : (float)ts_rng_uniform(r) * 10.0f + 0.1f;
@@ -307,8 +309,8 @@ static void check_clamps(ts_rng *r) {
     q.seqlen_q = ts_rng_int(r, 1, 100);
     q.seqlen_k = ts_rng_int(r, 1, 100);
     q.heads_q = q.heads_kv = q.group = 1;
-    const int32_t wild[] = {INT32_MIN, -1, 0, 1, 50, 99, 100, 101, 1 << 30,
-                            INT32_MAX};
+    const int32_t wild[] = {INT32_MIN, -1,  0,   1,       50,
+                            99,        100, 101, 1 << 30, INT32_MAX};
     for (int i = 0; i < 5; i++) {
       cq[i] = ts_rng_int(r, 0, 1) ? wild[ts_rng_int(r, 0, 9)]
                                   : ts_rng_int(r, 0, 300);
@@ -388,8 +390,8 @@ static void check_tiles(void) {
         CHECK(plan.block_rows * plan.pack_group <= t->block_q &&
                   (plan.num_q_blocks == 1 ||
                    plan.block_rows * plan.pack_group == t->block_q),
-              "tile d%d sq %d: %d rows x %d heads in %d lanes", t->head_dim,
-              sq, plan.block_rows, plan.pack_group, t->block_q);
+              "tile d%d sq %d: %d rows x %d heads in %d lanes", t->head_dim, sq,
+              plan.block_rows, plan.pack_group, t->block_q);
       }
       CHECK(t->block_q == 16 * t->m_tiles * t->warps,
             "tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
@@ -466,6 +468,7 @@ int main(void) {
     return 1;
   }
   printf("gpu_semantics.h agrees with the core on %d grid and 400 random "
-         "problems\n", n);
+         "problems\n",
+         n);
   return 0;
 }

@@ -3,7 +3,8 @@
 // API: memory round trip, forward on the MFMA kernels (bf16/f16, d64/128/256,
 // causal, window, softcap, ALiBi, sinks, GQA, split-KV decode) and on the
 // generic kernel, backward. SKIP (exit 77) where backend hip is not usable.
-// The float64-oracle grid for the GPU is tests/xval (xval.hip.*, xval.hip.<kernel>.*).
+// The float64-oracle grid for the GPU is tests/xval (xval.hip.*,
+// xval.hip.<kernel>.*).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,8 @@ static int run(fa_context *ctx, const cfg *c, const double *qkv, double *out) {
   to.data = dv[3];
   fa_status s = fa_forward(ctx, &a, tq, tk, tv, to, NULL);
   if (s == FA_OK) s = fa_copy_to_host(ctx, h[3], dv[3], (size_t)nq * es);
-  if (s != FA_OK) printf("  forward: %s: %s\n", fa_status_string(s), fa_last_error());
+  if (s != FA_OK)
+    printf("  forward: %s: %s\n", fa_status_string(s), fa_last_error());
   for (int64_t i = 0; i < nq; i++) out[i] = ts_load(h[3], c->dt, i);
   for (int t = 0; t < 4; t++) {
     fa_free(ctx, dv[t]);
@@ -83,7 +85,7 @@ int main(void) {
       {FA_F16, 1, 129, 257, 8, 2, 64, 0, 40, 0, 0, 1},
       {FA_BF16, 2, 1, 3000, 8, 1, 128, 1, -1, 0, 0, 0}, // decode, split-KV
       {FA_F16, 1, 200, 200, 2, 2, 256, 2, -1, 30.0f, 1, 0},
-      {FA_F32, 1, 77, 91, 3, 1, 80, 1, -1, 0, 1, 1},   // hip.generic
+      {FA_F32, 1, 77, 91, 3, 1, 80, 1, -1, 0, 1, 1}, // hip.generic
   };
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     const cfg *c = &cases[ci];
@@ -100,9 +102,9 @@ int main(void) {
     double tol = c->dt == FA_F32 ? 1e-5 : 2e-2;
     int pass = ok && err <= tol;
     printf("%s case %zu (%s d%d sq%d sk%d hq%d hkv%d causal%d): rel err vs "
-           "CPU %.3g (tol %.0g)\n", pass ? "ok  " : "FAIL", ci,
-           ts_dtype_name(c->dt), c->d, c->sq, c->sk, c->hq, c->hkv, c->causal,
-           err, tol);
+           "CPU %.3g (tol %.0g)\n",
+           pass ? "ok  " : "FAIL", ci, ts_dtype_name(c->dt), c->d, c->sq, c->sk,
+           c->hq, c->hkv, c->causal, err, tol);
     failures += !pass;
     free(in);
     free(og);

@@ -59,14 +59,15 @@ static void check_map(const char *name, map_fn f, doc_fn doc, int items,
       int r, c, l2, it2;
       f(lane, it, &r, &c);
       CHECK(r >= 0 && r < rows && c >= 0 && c < cols,
-            "%s: lane %d item %d -> (%d, %d) outside %dx%d", name, lane, it,
-            r, c, rows, cols);
+            "%s: lane %d item %d -> (%d, %d) outside %dx%d", name, lane, it, r,
+            c, rows, cols);
       if (r < 0 || r >= rows || c < 0 || c >= cols) continue;
       hits[r][c]++;
       doc(r, c, &l2, &it2);
       CHECK(l2 == lane && it2 == it,
             "%s: (%d, %d) is documented in lane %d item %d, the header "
-            "says lane %d item %d", name, r, c, l2, it2, lane, it);
+            "says lane %d item %d",
+            name, r, c, l2, it2, lane, it);
     }
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++)
@@ -74,7 +75,8 @@ static void check_map(const char *name, map_fn f, doc_fn doc, int items,
             hits[r][c]);
 }
 
-/* ---- 3. an emulated MFMA from the maps ------------------------------------ */
+/* ---- 3. an emulated MFMA from the maps ------------------------------------
+ */
 typedef struct shape {
   int m, n, k, out;
   map_fn a, b, c;
@@ -203,8 +205,8 @@ static void check_forward_flow(void) {
           fa_mfma32_c(lb, fa_mfma32_c_as_b(t, vb), &key, &qq);
           CHECK(key == 8 * t + k && qq == q,
                 "accumulator register %d of lane %d holds (%d, %d), the B "
-                "operand needs (%d, %d)", fa_mfma32_c_as_b(t, vb), lb, key,
-                qq, 8 * t + k, q);
+                "operand needs (%d, %d)",
+                fa_mfma32_c_as_b(t, vb), lb, key, qq, 8 * t + k, q);
           // A = V^T[dv][key]: the kernel reads V[key][dv] from LDS
           ot[lane][r] += V[8 * t + ka][i] * st[lb][fa_mfma32_c_as_b(t, vb)];
         }
@@ -219,8 +221,8 @@ static void check_forward_flow(void) {
         for (int d = 0; d < ND; d++) s += (double)K[key][d] * Q[q][d];
         ref += s * V[key][dv];
       }
-      CHECK(fabs(ref - ot[lane][r]) < 1e-4, "O^T[%d][%d] = %g, want %g", dv,
-            q, ot[lane][r], ref);
+      CHECK(fabs(ref - ot[lane][r]) < 1e-4, "O^T[%d][%d] = %g, want %g", dv, q,
+            ot[lane][r], ref);
     }
   // Each lane's accumulator column is one query: a row's softmax needs only
   // the lane's own registers and lane ^ 32 (the other half of the keys).
@@ -252,8 +254,8 @@ int main(void) {
         int i, j, k, jb;
         fa_mfma32_c(lane, fa_mfma32_c_as_b(t, v), &i, &j);
         fa_mfma32_b(lane, v, &k, &jb);
-        CHECK(i == 8 * t + k && j == jb,
-              "C as B: lane %d step %d item %d", lane, t, v);
+        CHECK(i == 8 * t + k && j == jb, "C as B: lane %d step %d item %d",
+              lane, t, v);
       }
   check_forward_flow();
   if (ut_finish("hip.mfma_layout")) return 1;

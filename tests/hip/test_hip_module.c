@@ -54,8 +54,7 @@ int main(void) {
   }
   if (!usable) {
     fa_status s = fa_context_create(&ctx, FA_BACKEND_HIP, 0);
-    CHECK(s == FA_ERR_NO_DEVICE, "FA_BACKEND_HIP: got %s",
-          fa_status_string(s));
+    CHECK(s == FA_ERR_NO_DEVICE, "FA_BACKEND_HIP: got %s", fa_status_string(s));
     CHECK(strstr(fa_last_error(), "hip") != NULL,
           "the error does not name the HIP backend: %s", fa_last_error());
     printf("FA_BACKEND_HIP: %s: %s\n", fa_status_string(s), fa_last_error());

@@ -43,8 +43,8 @@ static void nothing_written(const char *what) {
     fa_status s_ = fa_forward(ctx, &base, q, k, v, o, lse);                    \
     EXPECT_FAIL(what, s_, FA_ERR_INVALID_ARGUMENT, fields, value);             \
     nothing_written(what);                                                     \
-    /* A plan for those tensors is refused the same way (plans check the  \
-       tensors they are made for). */                                      \
+    /* A plan for those tensors is refused the same way (plans check the       \
+       tensors they are made for). */                                          \
     fa_plan *p_ = NULL;                                                        \
     snap_all();                                                                \
     s_ = fa_plan_create(ctx, &base, q, k, v, o, &p_);                          \
@@ -164,8 +164,13 @@ static void test_malloc_failure(void) {
    far apart never overlap. */
 static fa_tensor fake_bshd(int slot, int64_t seq, int64_t heads, int64_t dim,
                            fa_dtype dt) {
-  fa_tensor t = {(void *)((uintptr_t)slot << 52), dt, seq * heads * dim,
-                 heads * dim, dim, NULL, 0};
+  fa_tensor t = {(void *)((uintptr_t)slot << 52),
+                 dt,
+                 seq * heads * dim,
+                 heads * dim,
+                 dim,
+                 NULL,
+                 0};
   return t;
 }
 

@@ -518,13 +518,16 @@ static void nan_run(fa_dtype dt, int sq, int sk, int hq, int wl, int wr,
         missing++;
       else if (!isnan(ref) && isnan(o))
         leaked++;
-      else if (!isnan(ref) && !isnan(tol) && tol >= 0 && !(fabs(o - ref) <= tol))
+      else if (!isnan(ref) && !isnan(tol) && tol >= 0 &&
+               !(fabs(o - ref) <= tol))
         wrong++;
     }
     for (size_t e = 0; e < p.nl; e++)
       lse_wrong += isnan(res.lref[e]) != isnan(res.l[e]);
-    if (wrong) FAIL("%s: %zu finite elements differ from the oracle", what, wrong);
-    if (missing) FAIL("%s: %zu elements the NaN reaches are not NaN", what, missing);
+    if (wrong)
+      FAIL("%s: %zu finite elements differ from the oracle", what, wrong);
+    if (missing)
+      FAIL("%s: %zu elements the NaN reaches are not NaN", what, missing);
     if (leaked)
       FAIL("%s: %zu elements of rows that cannot see it are NaN (0 * NaN)",
            what, leaked);
@@ -534,10 +537,10 @@ static void nan_run(fa_dtype dt, int sq, int sk, int hq, int wl, int wr,
            what, lse_wrong);
   }
   res_free(&res);
-  fa_status s = fa_backward(
-      ctx, &p.a, tq(&p), tk(&p), tv(&p), to(&p, p.o), to(&p, p.d_o), p.lse,
-      view(&p, p.dq, sq, hq, d), view(&p, p.dk, sk, 1, d),
-      view(&p, p.dv_, sk, 1, d));
+  fa_status s =
+      fa_backward(ctx, &p.a, tq(&p), tk(&p), tv(&p), to(&p, p.o), to(&p, p.d_o),
+                  p.lse, view(&p, p.dq, sq, hq, d), view(&p, p.dk, sk, 1, d),
+                  view(&p, p.dv_, sk, 1, d));
   if (s == FA_ERR_UNSUPPORTED) {
     skips++;
   } else if (s) {
@@ -603,8 +606,8 @@ static void case_nan(void) {
       nan_run((fa_dtype)dt, 40, 40, 1, 3, 2, 0, t, 20, "window, GEMM");
       nan_run((fa_dtype)dt, 5, 40, 1, 3, 2, 0, t, t == 0 || t == 3 ? 2 : 33,
               "window, rows");
-      nan_run((fa_dtype)dt, 2, 3000, 4, 1000, 0, 0, t, t == 0 || t == 3 ? 1 : 1998,
-              "window, GQA decode");
+      nan_run((fa_dtype)dt, 2, 3000, 4, 1000, 0, 0, t,
+              t == 0 || t == 3 ? 1 : 1998, "window, GQA decode");
     }
 }
 
@@ -648,7 +651,8 @@ static void case_infscore(void) {
       }
       for (size_t e = 0; e < p.nl; e++)
         bad += isnan(res.lref[e]) != isnan(res.l[e]);
-      if (bad) FAIL("%s: %zu elements of O/LSE differ from the oracle", what, bad);
+      if (bad)
+        FAIL("%s: %zu elements of O/LSE differ from the oracle", what, bad);
       if (!isnan(res.o[(7 * 2 + 0) * 8]) || !isnan(res.l[0 * 12 + 7]))
         FAIL("%s: the row whose scores are all -inf is not NaN", what);
     }

@@ -470,8 +470,7 @@ int fa_oracle_backward_magnitude(const fa_attention *a, fa_tensor q,
 }
 
 int fa_oracle_dsinks(const fa_attention *a, fa_tensor q, fa_tensor k,
-                     fa_tensor v, fa_tensor d_o, double *dsinks,
-                     double *mag) {
+                     fa_tensor v, fa_tensor d_o, double *dsinks, double *mag) {
   dims d;
   if (check_args(a, &q, &k, &v, &d_o, &d)) return -1;
   if (!a->sinks) {
@@ -638,8 +637,8 @@ int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
 
 int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
                         fa_tensor v, fa_dtype t, float *o, float *lse) {
-  return naive_forward(a, q, k, v, fa_dtype_is_fp8(q.dtype) ? t : q.dtype, t,
-                       o, lse);
+  return naive_forward(a, q, k, v, fa_dtype_is_fp8(q.dtype) ? t : q.dtype, t, o,
+                       lse);
 }
 
 static int naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,

@@ -306,8 +306,8 @@ static void check_kv_ranges(const fa_problem *p, const fa_plan_data *d, int sq,
   }
   // A q block past the sequence's rows visits nothing.
   int k0 = -77, k1 = -77;
-  fa_plan_kv_blocks(p, d, fa_diag_shift(p, 0, sq, sk), sq, sk,
-                    ceil_div(sq, bq), &k0, &k1);
+  fa_plan_kv_blocks(p, d, fa_diag_shift(p, 0, sq, sk), sq, sk, ceil_div(sq, bq),
+                    &k0, &k1);
   CHECK(k0 >= k1, "%s: q block past sq=%d visits [%d,%d)", ctx, sq, k0, k1);
 }
 

@@ -209,7 +209,7 @@ typedef struct xs {
   ts_buf buf[NBUF];
 #define XV_MAX_SHARD 4
   ts_buf shard_o[XV_MAX_SHARD], shard_l[XV_MAX_SHARD], shard_lse;
-  uint64_t seed; /* the case's data seed */
+  uint64_t seed;             /* the case's data seed */
   unsigned char *snap[NBUF]; /* host copies of inputs, guards included */
   xt q, k, v, o, d_o, dq, dk, dv;
 } xs;
@@ -556,8 +556,8 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
                 vk, 1))
       return -1;
   }
-  if (xt_init(&s->o, &s->buf[B_O], dto, ol, qnb, qns, c->hq, c->dv, c->pad,
-              vq, 0))
+  if (xt_init(&s->o, &s->buf[B_O], dto, ol, qnb, qns, c->hq, c->dv, c->pad, vq,
+              0))
     return -1;
   if (c->gen) {
     fill_edge(s, &s->q, &dr, c->gen, 0);
@@ -569,14 +569,14 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
     fill(s, &s->v, &dr, 1.0);
   }
   if (c->bwd) {
-    if (xt_init(&s->d_o, &s->buf[B_DO], dto, ol, qnb, qns, c->hq, c->dv,
-                c->pad, vq, 0) ||
+    if (xt_init(&s->d_o, &s->buf[B_DO], dto, ol, qnb, qns, c->hq, c->dv, c->pad,
+                vq, 0) ||
         xt_init(&s->dq, &s->buf[B_DQ], dto, ol, qnb, qns, c->hq, c->d, c->pad,
                 vq, 0) ||
-        xt_init(&s->dk, &s->buf[B_DK], dto, kl, knb, kns, c->hkv, c->d,
-                c->pad, vk, 1) ||
-        xt_init(&s->dv, &s->buf[B_DV], dto, kl, knb, kns, c->hkv, c->dv,
-                c->pad, vk, 1))
+        xt_init(&s->dk, &s->buf[B_DK], dto, kl, knb, kns, c->hkv, c->d, c->pad,
+                vk, 1) ||
+        xt_init(&s->dv, &s->buf[B_DV], dto, kl, knb, kns, c->hkv, c->dv, c->pad,
+                vk, 1))
       return -1;
     fill(s, &s->d_o, &dr, 1.0);
   }
@@ -628,12 +628,27 @@ static int xs_setup(xs *s, fa_context *ctx, const xcase *c,
  * ------------------------------------------------------------------ */
 
 static const char *buf_name(int id) {
-  static const char *n[NBUF] = {
-      "q",           "k",           "v",         "do",          "o",
-      "dq",          "dk",          "dv",        "lse",         "dsinks",
-      "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table", "alibi_slopes",
-      "sinks",       "q_positions", "k_positions", "q.descale", "k.descale",
-      "v.descale"};
+  static const char *n[NBUF] = {"q",
+                                "k",
+                                "v",
+                                "do",
+                                "o",
+                                "dq",
+                                "dk",
+                                "dv",
+                                "lse",
+                                "dsinks",
+                                "cu_seqlens_q",
+                                "cu_seqlens_k",
+                                "seqused_k",
+                                "block_table",
+                                "alibi_slopes",
+                                "sinks",
+                                "q_positions",
+                                "k_positions",
+                                "q.descale",
+                                "k.descale",
+                                "v.descale"};
   return n[id];
 }
 
@@ -869,8 +884,8 @@ static void case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
   if (c->dsinks) tn += snprintf(thr + tn, sizeof thr - tn, " dsinks");
   if (c->accum) tn += snprintf(thr + tn, sizeof thr - tn, " accumulate");
   if (c->shard)
-    tn += snprintf(thr + tn, sizeof thr - tn, " shard=%dx%d", c->shard,
-                   c->shard);
+    tn +=
+        snprintf(thr + tn, sizeof thr - tn, " shard=%dx%d", c->shard, c->shard);
   if (c->plan && c->bwd) tn += snprintf(thr + tn, sizeof thr - tn, " plan");
   if (c->layout == XV_LAYOUT_PACKED)
     snprintf(lay, sizeof lay, "qkvpacked");
@@ -1000,14 +1015,13 @@ static fa_status shard_forward(xrun *r, xs *s, msgbuf *m) {
   const int SQ = a->seqlen_q, SK = a->seqlen_k;
   if (n < 1 || n > XV_MAX_SHARD || SQ < n || SK < n || a->cu_seqlens_q ||
       a->block_table || a->seqused_k || a->sinks) {
-    msg(m, "harness: a shard case must be dense, sinkless, with >= %d rows",
-        n);
+    msg(m, "harness: a shard case must be dense, sinkless, with >= %d rows", n);
     return FA_OK;
   }
   const int expl = a->positions == FA_POSITIONS_EXPLICIT;
-  const int64_t qpos = expl                        ? a->q_position
+  const int64_t qpos = expl                              ? a->q_position
                        : a->causal == FA_CAUSAL_TOP_LEFT ? 0
-                                                   : (int64_t)SK - SQ;
+                                                         : (int64_t)SK - SQ;
   const int64_t kpos = expl ? a->k_position : 0;
   int qc[XV_MAX_SHARD + 1], kc[XV_MAX_SHARD + 1];
   shard_cuts(SQ, n, qc);
@@ -1052,8 +1066,8 @@ static fa_status shard_forward(xrun *r, xs *s, msgbuf *m) {
       to.stride_batch = (int64_t)nq * HQ * DV;
       parts[kj] = to;
       lses[kj] = ts_buf_dev(&s->shard_l[kj]);
-      fa_status st = fa_forward(r->ctx, &sub, tq, tk, tv, to,
-                                (float *)lses[kj]);
+      fa_status st =
+          fa_forward(r->ctx, &sub, tq, tk, tv, to, (float *)lses[kj]);
       if (st) return st;
     }
     fa_tensor ov = s->o.d;
@@ -1120,10 +1134,9 @@ static int run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     goto done;
   }
   float *lse_dev = c->no_lse ? NULL : ts_buf_dev(&s->buf[B_LSE]);
-  fa_status st =
-      c->shard
-          ? shard_forward(r, s, m)
-          : fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, lse_dev);
+  fa_status st = c->shard ? shard_forward(r, s, m)
+                          : fa_forward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d,
+                                       s->o.d, lse_dev);
   if (!st) st = fa_synchronize(r->ctx); // GPU calls are asynchronous
   if (st) {
     char why[400];
@@ -1255,8 +1268,8 @@ static int check_bwd_elementwise(xs *s, double *const ref[3],
   } else {
     for (int i = 0; i < 3; i++) {
       check_finite(ref[i], got[i], cnt[i], names[i], m);
-      size_t bad = fz_compare(names[i], s->dto, ref[i], got[i], tol[i],
-                              cnt[i], 0, stdout, NULL, NULL);
+      size_t bad = fz_compare(names[i], s->dto, ref[i], got[i], tol[i], cnt[i],
+                              0, stdout, NULL, NULL);
       if (bad)
         msg(m, "%s: %zu elements outside the fz_tol.h bounds", names[i], bad);
     }
@@ -1296,7 +1309,8 @@ static void check_dsinks(xs *s, msgbuf *m, double *worst) {
   for (int h = 0; h < HQ; h++) {
     double e = fabs((double)got[h] - ref[h]) / (mag[h] > 1e-30 ? mag[h] : 1.0);
     if (!(e <= bound)) // NaN fails too
-      msg(m, "dsinks[%d] = %.9g, oracle %.9g (magnitude %.3g): error %.3e "
+      msg(m,
+          "dsinks[%d] = %.9g, oracle %.9g (magnitude %.3g): error %.3e "
           "exceeds %.3e",
           h, (double)got[h], ref[h], mag[h], e, bound);
     if (e > *worst) *worst = e;
@@ -1306,8 +1320,7 @@ static void check_dsinks(xs *s, msgbuf *m, double *worst) {
 }
 
 /* Host copies of the payloads of the gradient buffers (and dsinks). */
-static int grads_copy(const xs *s, const int *ids, int n,
-                      unsigned char **out) {
+static int grads_copy(const xs *s, const int *ids, int n, unsigned char **out) {
   for (int i = 0; i < n; i++) {
     const ts_buf *b = &s->buf[ids[i]];
     out[i] = malloc(b->bytes + 1);
@@ -1339,9 +1352,9 @@ static void check_backward_plan(xrun *r, xs *s, float *lse, msgbuf *m) {
     msg(m, "out of memory");
     goto done;
   }
-  fa_status st = fa_plan_create_backward(r->ctx, &s->ad, s->q.d, s->k.d,
-                                         s->v.d, s->o.d, s->d_o.d, s->dq.d,
-                                         s->dk.d, s->dv.d, &plan);
+  fa_status st =
+      fa_plan_create_backward(r->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d,
+                              s->d_o.d, s->dq.d, s->dk.d, s->dv.d, &plan);
   if (st) {
     msg(m, "fa_plan_create_backward returned %s: %s", fa_status_string(st),
         fa_last_error());
@@ -1364,8 +1377,10 @@ static void check_backward_plan(xrun *r, xs *s, float *lse, msgbuf *m) {
     }
     for (int i = 0; i < n; i++)
       if (memcmp(want[i], s->buf[ids[i]].host, s->buf[ids[i]].bytes))
-        msg(m, "fa_plan_backward (run %d): %s differs bitwise from "
-            "fa_backward", pass + 1, buf_name(ids[i]));
+        msg(m,
+            "fa_plan_backward (run %d): %s differs bitwise from "
+            "fa_backward",
+            pass + 1, buf_name(ids[i]));
   }
 done:
   fa_plan_destroy(plan);
@@ -1425,8 +1440,7 @@ static int check_accumulate(xrun *r, xs *s, float *lse, msgbuf *m, char *why,
   acc.backward_mode = FA_BACKWARD_ACCUMULATE;
   fa_status st = backward_call(r, s, &acc, lse, NULL);
   if (st == FA_ERR_UNSUPPORTED) {
-    (void)snprintf(why, why_len, "accumulate unsupported: %s",
-                   fa_last_error());
+    (void)snprintf(why, why_len, "accumulate unsupported: %s", fa_last_error());
     declined = 1;
     goto done;
   }
@@ -1460,12 +1474,13 @@ static int check_accumulate(xrun *r, xs *s, float *lse, msgbuf *m, char *why,
         ok = fabs(g - ex) <= u * (fabs(ex) + 2.0 * fabs(w)) + 1e-7;
       }
       if (!ok && bad++ < 2)
-        msg(m, "accumulate: %s element %zu = %.9g, old %.9g + overwrite "
+        msg(m,
+            "accumulate: %s element %zu = %.9g, old %.9g + overwrite "
             "result %.9g = %.9g",
             buf_name(ids[i]), e, g, o, w, o + w);
     }
-    if (bad > 2) msg(m, "accumulate: %s: %zu elements wrong", buf_name(ids[i]),
-                     bad);
+    if (bad > 2)
+      msg(m, "accumulate: %s: %zu elements wrong", buf_name(ids[i]), bad);
     if (outside)
       msg(m, "accumulate: %s: %zu elements outside the view were written",
           buf_name(ids[i]), outside);
@@ -1475,8 +1490,8 @@ static int check_accumulate(xrun *r, xs *s, float *lse, msgbuf *m, char *why,
       float o = ((const float *)old[3])[h], w = ((const float *)ovw[3])[h];
       float want = o + w, got = ((const float *)s->buf[B_DSINKS].host)[h];
       if (memcmp(&want, &got, 4))
-        msg(m, "accumulate: dsinks[%d] = %.9g, want old %.9g + %.9g = %.9g",
-            h, (double)got, (double)o, (double)w, (double)want);
+        msg(m, "accumulate: dsinks[%d] = %.9g, want old %.9g + %.9g = %.9g", h,
+            (double)got, (double)o, (double)w, (double)want);
     }
 done:
   for (int i = 0; i < 4; i++) {
@@ -1598,9 +1613,8 @@ static int run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   int rl = snprintf(res, rn,
                     "dq=%.1e/%.1e dk=%.1e/%.1e dv=%.1e/%.1e bound=%.1e/%.1e "
                     "%.1e/%.1e %.1e/%.1e",
-                    err[0], merr[0], err[1], merr[1], err[2], merr[2],
-                    bound[0], mbound[0], bound[1], mbound[1], bound[2],
-                    mbound[2]);
+                    err[0], merr[0], err[1], merr[1], err[2], merr[2], bound[0],
+                    mbound[0], bound[1], mbound[1], bound[2], mbound[2]);
   if (nouts == 4) {
     double w;
     check_dsinks(s, m, &w);

@@ -74,17 +74,17 @@ typedef struct xcase {
   int gen;          /* XV_GEN_*: how q, k and v are drawn */
   int expect;       /* XV_EXPECT_*: how the result is checked */
   /* ---- the 0.2 API ---- */
-  int pos;          /* 0 aligned; 1 FA_POSITIONS_EXPLICIT with q_position =
-                       qoff, k_position = koff; 2 also per-sequence arrays
-                       (random, negative ones included) */
+  int pos; /* 0 aligned; 1 FA_POSITIONS_EXPLICIT with q_position =
+              qoff, k_position = koff; 2 also per-sequence arrays
+              (random, negative ones included) */
   long long qoff, koff;
-  int accum;        /* backward: then FA_BACKWARD_ACCUMULATE into random
-                       accumulators (f32: bit-equal to old + the overwrite
-                       result; 16-bit: within one rounding) */
-  int dsinks;       /* backward with sinks: dsinks against the oracle */
-  int shard;        /* forward (dense): cut q and k into shard chunks each,
-                       run every chunk pair with its explicit positions and
-                       combine them with fa_merge_states */
+  int accum;  /* backward: then FA_BACKWARD_ACCUMULATE into random
+                 accumulators (f32: bit-equal to old + the overwrite
+                 result; 16-bit: within one rounding) */
+  int dsinks; /* backward with sinks: dsinks against the oracle */
+  int shard;  /* forward (dense): cut q and k into shard chunks each,
+                 run every chunk pair with its explicit positions and
+                 combine them with fa_merge_states */
 } xcase;
 
 /* The output dtype of a case. */

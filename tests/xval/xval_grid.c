@@ -16,16 +16,15 @@
 #define TL FA_CAUSAL_TOP_LEFT
 
 const char *const xv_groups[] = {
-    "fwd.dims",   "fwd.lengths",  "fwd.masks",  "fwd.features",
-    "fwd.gqa",    "fwd.layout",   "fwd.varlen", "fwd.paged",
-    "fwd.decode", "fwd.plan",     "bwd.dims",   "bwd.lengths",
-    "bwd.masks",  "bwd.features", "bwd.gqa",    "bwd.varlen",
-    "bwd.paged",  "bwd.layout",   "fwd.tensor-core", "bwd.tensor-core",
-    "fwd.edge",   "bwd.edge",     "fwd.fp8",    "fwd.fp8-decode",
-    "bwd.fp8",
-    "fwd.positions", "bwd.positions", "fwd.shard", "fwd.descale",
-    "bwd.descale", "fwd.outdtype", "bwd.outdtype", "bwd.accumulate",
-    "bwd.dsinks", "bwd.plan", NULL};
+    "fwd.dims",       "fwd.lengths",   "fwd.masks",       "fwd.features",
+    "fwd.gqa",        "fwd.layout",    "fwd.varlen",      "fwd.paged",
+    "fwd.decode",     "fwd.plan",      "bwd.dims",        "bwd.lengths",
+    "bwd.masks",      "bwd.features",  "bwd.gqa",         "bwd.varlen",
+    "bwd.paged",      "bwd.layout",    "fwd.tensor-core", "bwd.tensor-core",
+    "fwd.edge",       "bwd.edge",      "fwd.fp8",         "fwd.fp8-decode",
+    "bwd.fp8",        "fwd.positions", "bwd.positions",   "fwd.shard",
+    "fwd.descale",    "bwd.descale",   "fwd.outdtype",    "bwd.outdtype",
+    "bwd.accumulate", "bwd.dsinks",    "bwd.plan",        NULL};
 
 xcase xv_default(void) {
   xcase c;
@@ -640,8 +639,8 @@ static void fwd_tensor_core(list *l) {
   // Prefill-sized blocks.
   T(c.sq = 200; c.sk = 300; c.hq = 4; c.hkv = 2; c.causal = BR);
   T(c.sq = 129; c.sk = 129; c.d = c.dv = 64; c.dt = FA_F16; c.causal = TL);
-  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1;
-    c.slack = 5; c.hq = 4; c.hkv = 2; c.d = c.dv = 64);
+  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1; c.slack = 5;
+    c.hq = 4; c.hkv = 2; c.d = c.dv = 64);
 #undef T
 }
 
@@ -663,8 +662,8 @@ static void bwd_tensor_core(list *l) {
   T(c.sq = 300; c.sk = 130; c.causal = TL);
   T(c.sq = 257; c.sk = 257; c.wl = 40; c.wr = 7; c.dt = FA_F16);
   T(c.b = 1; c.sq = 129; c.sk = 260; c.hq = 7; c.hkv = 1; c.causal = BR);
-  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1;
-    c.slack = 5; c.causal = BR);
+  T(c.b = 3; c.sq = 150; c.sk = 190; c.varlen = 1; c.seqused = 1; c.slack = 5;
+    c.causal = BR);
   T(c.sq = 1; c.sk = 129);
   T(c.sq = 17; c.sk = 200; c.causal = BR; c.dt = FA_F16);
   T(c.d = c.dv = 64; c.sq = 200; c.sk = 300);
@@ -778,8 +777,8 @@ static void positions_cases(list *l, int bwd) {
   PS(c.qoff = 0; c.koff = 0; c.causal = BR);  // = top-left
   PS(c.qoff = 10; c.koff = 25; c.causal = BR; c.dt = FA_F16);
   PS(c.qoff = -17; c.koff = 5; c.causal = TL; c.dt = FA_BF16); // empty rows
-  PS(c.qoff = 100; c.koff = -3; c.causal = BR);   // every key visible
-  PS(c.qoff = -100; c.koff = 0; c.causal = BR);   // no key visible
+  PS(c.qoff = 100; c.koff = -3; c.causal = BR); // every key visible
+  PS(c.qoff = -100; c.koff = 0; c.causal = BR); // no key visible
   PS(c.qoff = 30; c.koff = 7; c.wl = 9; c.wr = 4);
   PS(c.qoff = -5; c.koff = -20; c.wl = 12; c.causal = BR; c.dt = FA_BF16);
   PS(c.qoff = 13; c.koff = 40; c.alibi = 1);
@@ -793,10 +792,10 @@ static void positions_cases(list *l, int bwd) {
   // right of it), masks computed in 64 bits.
   {
     const long long m = ((long long)1 << 40) - 1;
-    PS(c.qoff = m; c.koff = -m; c.causal = BR);           // all visible
-    PS(c.qoff = m; c.koff = -m; c.wl = 5; c.dt = FA_F16); // none
+    PS(c.qoff = m; c.koff = -m; c.causal = BR);              // all visible
+    PS(c.qoff = m; c.koff = -m; c.wl = 5; c.dt = FA_F16);    // none
     PS(c.qoff = -m; c.koff = m; c.causal = BR; c.sinks = 1); // none
-    PS(c.qoff = -m; c.koff = m; c.wr = 3; c.dt = FA_BF16); // none
+    PS(c.qoff = -m; c.koff = m; c.wr = 3; c.dt = FA_BF16);   // none
   }
   // Per-sequence arrays (random in [-40, 60] / [-40, 40]) with varlen.
   PS(c.pos = 2; c.varlen = 1; c.b = 5; c.causal = BR);
@@ -814,8 +813,8 @@ static void positions_cases(list *l, int bwd) {
   if (!bwd) {
     PS(c.qoff = 990; c.koff = 0; c.sq = 1; c.sk = 1000; c.hq = 8; c.hkv = 1;
        c.threads = 8; c.wl = 300; c.causal = BR); // decode, split-KV
-    PS(c.qoff = 500; c.koff = 0; c.sq = 4; c.sk = 900; c.hq = 8;
-       c.threads = 8; c.causal = BR; c.dt = FA_BF16); // mid-cache queries
+    PS(c.qoff = 500; c.koff = 0; c.sq = 4; c.sk = 900; c.hq = 8; c.threads = 8;
+       c.causal = BR; c.dt = FA_BF16); // mid-cache queries
   }
 #undef PS
 }
@@ -849,8 +848,8 @@ static void fwd_shard(list *l) {
   SH(c.alibi = 1; c.causal = BR);
   SH(c.alibi = 1; c.cap = 4.0f; c.dt = FA_F16);
   SH(c.pos = 1; c.qoff = 1000; c.koff = 990; c.causal = BR);
-  SH(c.pos = 1; c.qoff = -30; c.koff = 0; c.causal = BR; c.wl = 30;
-     c.alibi = 1; c.dt = FA_BF16);
+  SH(c.pos = 1; c.qoff = -30; c.koff = 0; c.causal = BR; c.wl = 30; c.alibi = 1;
+     c.dt = FA_BF16);
   SH(c.pos = 2; c.b = 3; c.causal = BR);
   SH(c.descale = 2; c.causal = BR; c.dt = FA_F16);
   SH(c.out = 1 + FA_BF16; c.causal = BR); // f32 in, bf16 out
@@ -1038,18 +1037,28 @@ int xv_group_cases(const char *name, xcase *out, int max) {
   static const struct {
     const char *name;
     void (*fn)(list *);
-  } table[] = {{"fwd.dims", fwd_dims},       {"fwd.lengths", fwd_lengths},
-               {"fwd.masks", fwd_masks},     {"fwd.features", fwd_features},
-               {"fwd.gqa", fwd_gqa},         {"fwd.layout", fwd_layout},
-               {"fwd.varlen", fwd_varlen},   {"fwd.paged", fwd_paged},
-               {"fwd.decode", fwd_decode},   {"fwd.plan", fwd_plan},
-               {"bwd.dims", bwd_dims},       {"bwd.masks", bwd_masks},
-               {"bwd.lengths", bwd_lengths}, {"bwd.features", bwd_features},
-               {"bwd.gqa", bwd_gqa},         {"bwd.varlen", bwd_varlen},
-               {"bwd.paged", bwd_paged},     {"bwd.layout", bwd_layout},
+  } table[] = {{"fwd.dims", fwd_dims},
+               {"fwd.lengths", fwd_lengths},
+               {"fwd.masks", fwd_masks},
+               {"fwd.features", fwd_features},
+               {"fwd.gqa", fwd_gqa},
+               {"fwd.layout", fwd_layout},
+               {"fwd.varlen", fwd_varlen},
+               {"fwd.paged", fwd_paged},
+               {"fwd.decode", fwd_decode},
+               {"fwd.plan", fwd_plan},
+               {"bwd.dims", bwd_dims},
+               {"bwd.masks", bwd_masks},
+               {"bwd.lengths", bwd_lengths},
+               {"bwd.features", bwd_features},
+               {"bwd.gqa", bwd_gqa},
+               {"bwd.varlen", bwd_varlen},
+               {"bwd.paged", bwd_paged},
+               {"bwd.layout", bwd_layout},
                {"fwd.tensor-core", fwd_tensor_core},
                {"bwd.tensor-core", bwd_tensor_core},
-               {"fwd.edge", fwd_edge},       {"bwd.edge", bwd_edge},
+               {"fwd.edge", fwd_edge},
+               {"bwd.edge", bwd_edge},
                {"fwd.fp8", xv_fwd_fp8},
                {"fwd.fp8-decode", xv_fwd_fp8_decode},
                {"bwd.fp8", xv_bwd_fp8},

@@ -34,10 +34,10 @@ typedef struct fa_amx_config {
 
 /* Tile configuration is per thread: loaded at the thread's first product
    of a call, released when the thread's work items are done. */
-static _Thread_local int FA_FN(amx_configured);
+static _Thread_local int amx_configured;
 
-static inline void FA_FN(amx_ready)(void) {
-  if (FA_FN(amx_configured)) return;
+static inline void amx_ready(void) {
+  if (amx_configured) return;
   fa_amx_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
@@ -46,21 +46,20 @@ static inline void FA_FN(amx_ready)(void) {
     cfg.rows[i] = 16;
   }
   _tile_loadconfig(&cfg);
-  FA_FN(amx_configured) = 1;
+  amx_configured = 1;
 }
 
-static inline void FA_FN(amx_done)(void) {
-  if (!FA_FN(amx_configured)) return;
+static inline void amx_done(void) {
+  if (!amx_configured) return;
   _tile_release();
-  FA_FN(amx_configured) = 0;
+  amx_configured = 0;
 }
-#define FA_TILE_STEP_END() FA_FN(amx_done)()
+#define FA_TILE_STEP_END() amx_done()
 
-static inline int FA_FN(round16)(int x) { return (x + 15) / 16 * 16; }
+static inline int round16(int x) { return (x + 15) / 16 * 16; }
 
 /* c[i][j * 16 .. +16] *= vs for rows i < rows (pitch ld), nv vectors. */
-static inline void FA_FN(scale_rows)(float *c, int ld, int rows, int nv,
-                                     __m512 vs) {
+static inline void scale_rows(float *c, int ld, int rows, int nv, __m512 vs) {
   for (int i = 0; i < rows; i++)
     for (int j = 0; j < nv; j++) {
       float *x = c + (size_t)i * ld + 16 * j;
@@ -72,11 +71,11 @@ static inline void FA_FN(scale_rows)(float *c, int ld, int rows, int nv,
    (rows up to nc rounded to 16 are read: finite, their scores unused), Q^T
    as [dpairs][bq] pairs. Each C tile is scaled as soon as it is stored,
    while its rows are in L1. */
-static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
-                               int64_t ldk2, const uint32_t *qt2, float *s,
-                               float scale) {
-  FA_FN(amx_ready)();
-  const int nc16 = FA_FN(round16)(nc);
+static void bf16_scores(int nc, int bq, int dpairs, const uint32_t *k2,
+                        int64_t ldk2, const uint32_t *qt2, float *s,
+                        float scale) {
+  amx_ready();
+  const int nc16 = round16(nc);
   const __m512 vs = _mm512_set1_ps(scale);
   const size_t sa = sizeof(uint32_t) * (size_t)ldk2, sb = sizeof(uint32_t) * bq,
                sc = sizeof(float) * bq;
@@ -103,7 +102,7 @@ static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
         _tile_stored(1, c00 + 16, sc);
         _tile_stored(2, c00 + 16 * (size_t)bq, sc);
         _tile_stored(3, c00 + 16 * (size_t)bq + 16, sc);
-        FA_FN(scale_rows)(c00, bq, 32, 2, vs);
+        scale_rows(c00, bq, 32, 2, vs);
         continue;
       }
       // Edges (a last 16 keys or lanes): one C tile at a time.
@@ -116,7 +115,7 @@ static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
             _tile_dpbf16ps(0, 4, 6);
           }
           _tile_stored(0, s + (size_t)ci * bq + ri, sc);
-          FA_FN(scale_rows)(s + (size_t)ci * bq + ri, bq, 16, 1, vs);
+          scale_rows(s + (size_t)ci * bq + ri, bq, 16, 1, vs);
         }
     }
 }
@@ -124,7 +123,7 @@ static void FA_FN(bf16_scores)(int nc, int bq, int dpairs, const uint32_t *k2,
 /* 16 x 16 32-bit transpose of x[0..15] in place (x[i] lane j becomes x[j]
    lane i): pairs of 32-bit values, then of 64-bit, then 128-bit lanes
    twice. */
-static inline void FA_FN(transpose16)(__m512i x[16]) {
+static inline void transpose16(__m512i x[16]) {
   __m512i t[16], u[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
@@ -156,18 +155,18 @@ static inline void FA_FN(transpose16)(__m512i x[16]) {
    rounded up to 16; keys past nc are 0). S^T is read twice, not three
    times, and P is never stored in fp32. The sums add the exps in key
    order, as online_softmax does. */
-static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
-                                  uint32_t *p2) {
+static void bf16_softmax_p(const cpu_tiles *t, float *ws, int nc,
+                           uint32_t *p2) {
   const float *s = ws + t->s;
   float *m = ws + t->m, *l = ws + t->l, *mu = ws + t->mu;
-  const int bq = t->bq, e16 = FA_FN(round16)((nc + 1) / 2);
+  const int bq = t->bq, e16 = round16((nc + 1) / 2);
   // Word lane i of a pair vector: low half key 2e, high half key 2e+1.
   const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11,
                                          26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                          5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512 zero = _mm512_setzero_ps();
   for (int r0 = 0; r0 < bq; r0 += 16) {
-    fa_vf mx, ref = FA_FN(column_ref)(s, bq, m, nc, r0, &mx), sum = zero;
+    fa_vf mx, ref = column_ref(s, bq, m, nc, r0, &mx), sum = zero;
     for (int e0 = 0; e0 < e16; e0 += 16) {
       __m512i x[16];
       for (int j = 0; j < 16; j++) {
@@ -184,11 +183,11 @@ static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
         x[j] = _mm512_permutexvar_epi16(inter,
                                         (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
       }
-      FA_FN(transpose16)(x);
+      transpose16(x);
       for (int r = 0; r < 16; r++)
         _mm512_storeu_si512(p2 + (size_t)(r0 + r) * e16 + e0, x[r]);
     }
-    FA_FN(column_done)(m, l, mu, r0, mx, ref, sum);
+    column_done(m, l, mu, r0, mx, ref, sum);
   }
 }
 
@@ -198,13 +197,13 @@ static void FA_FN(bf16_softmax_p)(const FA_FN(tiles) * t, float *ws, int nc,
    meet P = 0): a last partial pair tile is copied to scratch, zero padded.
    The B tile of pair step e is then at vrow(e). */
 #define FA_AMX_VROW(e) ((e) < efull ? v2 + (size_t)(e)*ldv2 : tail)
-static void FA_FN(bf16_pv)(int nr, int dv, int nc, int bq, const uint32_t *p2,
-                           const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
-                           float *o, int64_t ldo) {
+static void bf16_pv(int nr, int dv, int nc, int bq, const uint32_t *p2,
+                    const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
+                    float *o, int64_t ldo) {
   (void)bq; // (p2 holds every lane of the tile; nr of them are multiplied)
-  FA_FN(amx_ready)();
-  const int ne = (nc + 1) / 2, e16 = FA_FN(round16)(ne),
-            nr16 = FA_FN(round16)(nr), efull = ne / 16 * 16;
+  amx_ready();
+  const int ne = (nc + 1) / 2, e16 = round16(ne), nr16 = round16(nr),
+            efull = ne / 16 * 16;
   const uint32_t *tail = scratch;
   if (efull < e16) {
     memcpy(scratch, v2 + (size_t)efull * ldv2,

@@ -31,7 +31,9 @@ static inline fa_vf vf_load_part(const float *p, int n) {
 static inline void vf_store_part(float *p, fa_vf v, int n) {
   _mm256_maskstore_ps(p, vf_part_mask(n), v);
 }
-static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return _mm256_add_ps(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return _mm256_sub_ps(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm256_mul_ps(a, b); }
@@ -42,7 +44,9 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) {
                           _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
 /* min(a, 0), NaN kept (minps returns its second operand on NaN). */
-static inline fa_vf vf_min0(fa_vf a) { return _mm256_min_ps(_mm256_setzero_ps(), a); }
+static inline fa_vf vf_min0(fa_vf a) {
+  return _mm256_min_ps(_mm256_setzero_ps(), a);
+}
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf8_u10avx2(a); }
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   fa_vf is_ninf = _mm256_cmp_ps(a, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
@@ -55,7 +59,8 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) {
 static inline fa_vf vf_widen(const uint16_t *p, int f16) {
   __m128i h = _mm_loadu_si128((const __m128i *)p);
   return f16 ? _mm256_cvtph_ps(h)
-             : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+             : _mm256_castsi256_ps(
+                   _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 /* FA_VW FP8 codes decoded and multiplied by x, through binary16 (F16C):
    an e5m2 code is the upper byte of its f16; an e4m3 code placed 7 bits up

@@ -10,7 +10,8 @@
 
 #define FA_ISA_NAME "avx512"
 #define FA_VW 16
-#define FA_MR 6 // 6 rows x 4 vectors = 24 accumulators + 4 B + 1 broadcast of 32
+#define FA_MR                                                                  \
+  6 // 6 rows x 4 vectors = 24 accumulators + 4 B + 1 broadcast of 32
 #define FA_NV 4
 
 typedef __m512 fa_vf;
@@ -24,7 +25,9 @@ static inline fa_vf vf_load_part(const float *p, int n) {
 static inline void vf_store_part(float *p, fa_vf v, int n) {
   _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
 }
-static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return _mm512_add_ps(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return _mm512_sub_ps(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return _mm512_mul_ps(a, b); }
@@ -35,7 +38,9 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) {
                             _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
 }
 /* min(a, 0), NaN kept (minps returns its second operand on NaN). */
-static inline fa_vf vf_min0(fa_vf a) { return _mm512_min_ps(_mm512_setzero_ps(), a); }
+static inline fa_vf vf_min0(fa_vf a) {
+  return _mm512_min_ps(_mm512_setzero_ps(), a);
+}
 #ifdef FA_INLINE_EXP
 #include "exp_avx512.h"
 static inline fa_vf vf_exp(fa_vf a) { return vf_exp_inline(a); }
@@ -52,7 +57,8 @@ static inline fa_vf vf_neginf_to_zero(fa_vf a) {
 static inline fa_vf vf_widen(const uint16_t *p, int f16) {
   __m256i h = _mm256_loadu_si256((const __m256i *)p);
   return f16 ? _mm512_cvtph_ps(h)
-             : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+             : _mm512_castsi512_ps(
+                   _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 /* FA_VW FP8 codes decoded and multiplied by x (for e4m3: 256 times the
    factor), through binary16, as in simd_avx2.h. */

@@ -28,7 +28,9 @@ static inline void vf_store_part(float *p, fa_vf v, int n) {
   vst1q_f32(t, v);
   for (int i = 0; i < n; i++) p[i] = t[i];
 }
-static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return vfmaq_f32(c, a, b); }
+static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) {
+  return vfmaq_f32(c, a, b);
+}
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return vaddq_f32(a, b); }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return vsubq_f32(a, b); }
 static inline fa_vf vf_mul(fa_vf a, fa_vf b) { return vmulq_f32(a, b); }

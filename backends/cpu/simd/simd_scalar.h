@@ -17,8 +17,12 @@ static inline fa_vf vf_zero(void) { return 0.0f; }
 static inline fa_vf vf_set1(float x) { return x; }
 static inline fa_vf vf_load(const float *p) { return *p; }
 static inline void vf_store(float *p, fa_vf v) { *p = v; }
-static inline fa_vf vf_load_part(const float *p, int n) { return n ? *p : 0.0f; }
-static inline void vf_store_part(float *p, fa_vf v, int n) { if (n) *p = v; }
+static inline fa_vf vf_load_part(const float *p, int n) {
+  return n ? *p : 0.0f;
+}
+static inline void vf_store_part(float *p, fa_vf v, int n) {
+  if (n) *p = v;
+}
 static inline fa_vf vf_fma(fa_vf a, fa_vf b, fa_vf c) { return a * b + c; }
 static inline fa_vf vf_add(fa_vf a, fa_vf b) { return a + b; }
 static inline fa_vf vf_sub(fa_vf a, fa_vf b) { return a - b; }
@@ -32,7 +36,9 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) {
 static inline fa_vf vf_min0(fa_vf a) { return a > 0.0f ? 0.0f : a; }
 static inline fa_vf vf_exp(fa_vf a) { return expf(a); }
 /* -inf lanes become 0: the reference point of a row that has seen no key. */
-static inline fa_vf vf_neginf_to_zero(fa_vf a) { return a == -INFINITY ? 0.0f : a; }
+static inline fa_vf vf_neginf_to_zero(fa_vf a) {
+  return a == -INFINITY ? 0.0f : a;
+}
 
 /* n elements of a storage type, widened to fp32. */
 #include "dtype.h"
