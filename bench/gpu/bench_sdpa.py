@@ -373,6 +373,24 @@ def backward_suite(fa, args, tdtype, fdtype):
                 t_plan = time_calls(planned, iters, reps=3, warmup=1)
                 fa.lib.fa_plan_destroy(bplan)
                 t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
+                # cuDNN's backward: autograd through SDPA's cuDNN backend,
+                # timed the same way (its own forward graph, kept).
+                t_cudnn = float("nan")
+                try:
+                    qc, kc, vc = (x.detach().transpose(1, 2).requires_grad_()
+                                  for x in (q, k, v))
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        outc = torch.nn.functional.scaled_dot_product_attention(
+                            qc, kc, vc, is_causal=causal)
+
+                    def cudnn():
+                        return torch.autograd.grad(outc, (qc, kc, vc), gout,
+                                                   retain_graph=True)
+
+                    t_cudnn = time_calls(cudnn, iters, reps=3, warmup=1)
+                    del qc, kc, vc, outc
+                except Exception as e:  # cuDNN may refuse a shape
+                    print("  cuDNN backward: %s" % str(e).splitlines()[0])
                 # The sm80 backward (a context bound to it by name), and
                 # its error against FA2.
                 ctx80 = fa.bound("cuda.sm80.%s.d%d" % (args.dtype, d))
@@ -393,17 +411,22 @@ def backward_suite(fa, args, tdtype, fdtype):
                            ours_tflops=flops / t_ours / 1e9,
                            planned_tflops=flops / t_plan / 1e9,
                            sm80_tflops=flops / t_80 / 1e9,
-                           fa2_tflops=flops / t_fa2 / 1e9, err_vs_fa2=err,
+                           fa2_tflops=flops / t_fa2 / 1e9,
+                           cudnn_ms=t_cudnn,
+                           cudnn_tflops=flops / t_cudnn / 1e9,
+                           err_vs_fa2=err,
                            sm80_err_vs_fa2=err80)
                 rows.append(row)
                 print("bwd d%-3d %-6s s=%-5d  ours %6.1f  planned %6.1f  "
-                      "sm80 %6.1f  FA2 %6.1f TFLOPS  ours/FA2 %.2f  err %.1e "
-                      "(sm80 %.1e)" % (
+                      "sm80 %6.1f  FA2 %6.1f  cuDNN %6.1f TFLOPS  ours/FA2 "
+                      "%.2f  ours/cuDNN %.2f  err %.1e (sm80 %.1e)" % (
                           d, "causal" if causal else "full", s,
                           row["ours_tflops"], row["planned_tflops"],
                           row["sm80_tflops"],
-                          row["fa2_tflops"],
-                          row["ours_tflops"] / row["fa2_tflops"], err, err80),
+                          row["fa2_tflops"], row["cudnn_tflops"],
+                          row["ours_tflops"] / row["fa2_tflops"],
+                          row["ours_tflops"] / row["cudnn_tflops"], err,
+                          err80),
                       flush=True)
                 del q, k, v, do, o, dq, dk, dv, lse, qt, kt, vt, out, ref
     return rows
@@ -540,13 +563,15 @@ def main():
                       r["ours_tflops"] / r["cudnn_tflops"]))
     if "backward" in out:
         print("\nbackward %s TFLOPS (2.5x forward FLOPs)" % args.dtype)
-        print("| d | mask | s | ours | planned | FA2 | ours/FA2 |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| d | mask | s | ours | planned | FA2 | cuDNN | ours/FA2 "
+              "| ours/cuDNN |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in out["backward"]:
-            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
-                r["d"], "causal" if r["causal"] else "full", r["s"],
-                r["ours_tflops"], r["planned_tflops"], r["fa2_tflops"],
-                r["ours_tflops"] / r["fa2_tflops"]))
+            print("| %d | %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |"
+                  % (r["d"], "causal" if r["causal"] else "full", r["s"],
+                     r["ours_tflops"], r["planned_tflops"], r["fa2_tflops"],
+                     r["cudnn_tflops"], r["ours_tflops"] / r["fa2_tflops"],
+                     r["ours_tflops"] / r["cudnn_tflops"]))
     if "decode" in out:
         print("\ndecode (b8, 32/8 heads, d128): K/V TB/s")
         print("| kv len | ours TB/s | read TB/s | ours/read | copy TB/s |")

@@ -23,6 +23,8 @@ SHAPES = {
     # name: (b, sq, sk, hq, hkv, d, causal)
     "d64": (1, 16384, 16384, 32, 32, 64, False),
     "d128": (1, 16384, 16384, 16, 16, 128, False),
+    "d128s8k": (2, 8192, 8192, 16, 16, 128, False),  # the same FLOPs/token
+
     "d128c": (1, 16384, 16384, 16, 16, 128, True),
     "decode": (8, 1, 32768, 32, 8, 128, False),
 }

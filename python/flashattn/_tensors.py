@@ -261,7 +261,14 @@ def view(obj, name, stream=None, writable=False, side=False):
     v.name, v.obj, v.readonly = name, obj, False
     dt = _numpy_fast(obj, side)
     if dt is not None and obj.flags.writeable:
-        capsule = obj.__dlpack__()  # alive until its pointer is read
+        try:
+            capsule = obj.__dlpack__()  # alive until its pointer is read
+        except BufferError:
+            # A dtype numpy's DLPack export lacks (ml_dtypes' bfloat16 on
+            # numpy 2.x): the array interface gives the same pointer.
+            if _from_array_interface(v, obj, name, side):
+                return v
+            raise
         v.data = _vp_at(_get_pointer(capsule, b"dltensor")).value
         del capsule
         v.device, v.dtype, v.shape, v.keep = (DL_CPU, 0), dt, obj.shape, obj
@@ -283,6 +290,12 @@ def view(obj, name, stream=None, writable=False, side=False):
         fail("%s is a %s: flashattn takes arrays that export DLPack (numpy, "
              "torch, ...), never copying a sequence into one" % (
                  name, type(obj).__name__))
+    # The stream is only for arrays on a GPU: torch refuses one for a CPU
+    # tensor, and the caller's device check below then names the mismatch.
+    where = getattr(src, "__dlpack_device__", None)
+    if stream is not None and where is not None and where()[0] in (
+            DL_CPU, DL_CUDA_HOST, DL_ROCM_HOST):
+        stream = None
     try:
         capsule = exporter() if stream is None else exporter(stream=stream)
     except (BufferError, TypeError, RuntimeError) as e:
