@@ -4,16 +4,18 @@
 // problem would otherwise leave idle.
 #include "plan.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 /* In 64 bits: lengths near INT_MAX are valid and must not overflow. */
 static int64_t round_up(int64_t x, int m) { return (x + m - 1) / m * m; }
 
-/* Largest power-of-two multiple of align that is <= limit (>= align). */
+/* Largest power-of-two multiple of align that is <= limit (>= align), and
+   never past INT_MAX: a caps' fast memory may be any size_t. */
 static int pow2_tile(int align, int64_t limit) {
   int t = align;
-  while ((int64_t)t * 2 <= limit) t *= 2;
+  while (t <= INT_MAX / 2 && (int64_t)t * 2 <= limit) t *= 2;
   return t;
 }
 

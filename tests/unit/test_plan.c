@@ -161,7 +161,10 @@ static void check_counts(const char *ctx, const fa_problem *p, const fa_caps *c,
 }
 
 static void test_tiles(void) {
-  size_t mems[] = {4096, 32768, 49152, 232448, 1048576, 2097152};
+  // The last two: fast memories past INT_MAX bytes (tile sizes must not
+  // overflow int on the way to the kernel's maxima).
+  size_t mems[] = {4096,    32768,   49152,           232448,
+                   1048576, 2097152, (size_t)1 << 40, (size_t)1 << 62};
   int aligns[] = {1, 4, 8, 16, 64};
   int dims[][2] = {{16, 0},    {64, 0},  {80, 0}, {128, 0},
                    {192, 128}, {256, 0}, {7, 3},  {512, 0}};
