@@ -42,6 +42,42 @@ if(TARGET flashattn_static AND FA_OPENMP_FOUND)
   set(FA_CONFIG_NEEDS_OPENMP 1)
 endif()
 
+# ---- the ring layer and its transports -----------------------------------
+# libflashattn-ring (and -mpi / -nccl where built) with flashattn_ring.h, as
+# flashattn::ring, flashattn::mpi, flashattn::nccl in their own export file,
+# which flashattnConfig.cmake includes when it was installed (with the
+# dependencies the transports' link interfaces name: MPI::MPI_C,
+# CUDA::cudart).
+set(FA_CONFIG_HAS_RING 0)
+set(FA_CONFIG_HAS_MPI 0)
+set(FA_CONFIG_HAS_NCCL 0)
+if(TARGET flashattn_ring)
+  set(FA_CONFIG_HAS_RING 1)
+  set(_fa_ring_targets flashattn_ring)
+  set_target_properties(flashattn_ring PROPERTIES EXPORT_NAME ring)
+  target_include_directories(flashattn_ring PUBLIC
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  if(TARGET flashattn_mpi)
+    set(FA_CONFIG_HAS_MPI 1)
+    list(APPEND _fa_ring_targets flashattn_mpi)
+    set_target_properties(flashattn_mpi PROPERTIES EXPORT_NAME mpi)
+  endif()
+  if(TARGET flashattn_nccl)
+    set(FA_CONFIG_HAS_NCCL 1)
+    list(APPEND _fa_ring_targets flashattn_nccl)
+    set_target_properties(flashattn_nccl PROPERTIES EXPORT_NAME nccl)
+  endif()
+  install(TARGETS ${_fa_ring_targets}
+    EXPORT flashattnRingTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/include/flashattn_ring.h
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT flashattnRingTargets
+    NAMESPACE flashattn::
+    FILE flashattnRingTargets.cmake
+    DESTINATION ${FA_INSTALL_CMAKEDIR})
+endif()
+
 configure_package_config_file(
   ${CMAKE_CURRENT_LIST_DIR}/flashattnConfig.cmake.in
   ${PROJECT_BINARY_DIR}/flashattnConfig.cmake
@@ -123,3 +159,4 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/flashattn.pc.in
                ${PROJECT_BINARY_DIR}/flashattn.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/flashattn.pc
   DESTINATION ${_fa_pc_install_dir})
+

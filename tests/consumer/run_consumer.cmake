@@ -2,11 +2,12 @@
 # Driver of the package.consumer test (cmake -P). Steps:
 #   1. bring the library targets of the build tree up to date;
 #   2. install the build tree into a scratch prefix under FA_WORK_DIR;
-#   3. check that the only header installed is flashattn.h;
+#   3. check that the only headers installed are the public ones;
 #   4. configure, build and run project/ with find_package(flashattn);
 #   5. compile and run project/main.c with `pkg-config --cflags --libs`
 #      (skipped, with a message, when pkg-config is absent).
 # Inputs (-D): FA_BUILD_DIR FA_CONFIG FA_LIB_TARGETS (comma-separated)
+#   FA_RING (ON when the ring layer is built and installed)
 #   FA_WORK_DIR FA_PROJECT_DIR FA_INSTALL_LIBDIR FA_GENERATOR FA_C_COMPILER
 #   FA_SANITIZE (comma-separated, may be empty)
 cmake_minimum_required(VERSION 3.20)
@@ -61,12 +62,15 @@ message(STATUS "installing into ${_prefix}")
 fa_run("cmake --install" ${CMAKE_COMMAND} --install ${FA_BUILD_DIR}
        --prefix ${_prefix} ${_config_args})
 
-# 3. The public header and nothing else.
+# 3. The public headers and nothing else.
 file(GLOB_RECURSE _headers RELATIVE ${_prefix} ${_prefix}/*.h)
 list(SORT _headers)
-if(NOT _headers STREQUAL "include/flashattn.h;include/flashattn_version.h")
-  message(FATAL_ERROR "installed headers should be exactly "
-                      "include/flashattn.h and include/flashattn_version.h, found: "
+set(_want "include/flashattn.h;include/flashattn_version.h")
+if(FA_RING)
+  set(_want "include/flashattn.h;include/flashattn_ring.h;include/flashattn_version.h")
+endif()
+if(NOT _headers STREQUAL _want)
+  message(FATAL_ERROR "installed headers should be exactly ${_want}, found: "
                       "${_headers}")
 endif()
 
