@@ -19,8 +19,8 @@ static int no_peer(void *self, int slot, const void *buf, size_t bytes,
   (void)self, (void)slot, (void)buf, (void)bytes, (void)peer, (void)tag;
   return 1;
 }
-static int no_peer_recv(void *self, int slot, void *buf, size_t bytes,
-                        int peer, int tag) {
+static int no_peer_recv(void *self, int slot, void *buf, size_t bytes, int peer,
+                        int tag) {
   return no_peer(self, slot, buf, bytes, peer, tag);
 }
 static int nothing_pending(void *self, int slot) {
@@ -81,13 +81,13 @@ int main(void) {
   fa_ring_options opt;
   fa_ring_options_init(&opt);
   fa_ring *ring = NULL;
-  int bad = check(fa_ring_create(&ring, ctx, &comm, &a, &opt), "ring create") ||
-            check(fa_ring_forward(ring, view(q), view(k), view(v),
-                                  view(o_ring), NULL),
-                  "ring forward") ||
-            check(fa_forward(ctx, &a, view(q), view(k), view(v), view(o_ref),
-                             NULL),
-                  "forward");
+  int bad =
+      check(fa_ring_create(&ring, ctx, &comm, &a, &opt), "ring create") ||
+      check(
+          fa_ring_forward(ring, view(q), view(k), view(v), view(o_ring), NULL),
+          "ring forward") ||
+      check(fa_forward(ctx, &a, view(q), view(k), view(v), view(o_ref), NULL),
+            "forward");
   double err = 0.0;
   for (int i = 0; !bad && i < N; i++) {
     double e = fabs((double)o_ring[i] - o_ref[i]);
