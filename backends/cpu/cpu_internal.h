@@ -49,20 +49,15 @@ static inline void fa_cpu_load_k_rows(float *dst, int ld, const fa_problem *p,
   }
 }
 
-/* Kernel entry points, one pair per ISA compiled in (isa_<isa>.c). */
-#define FA_CPU_DECLARE_ISA(isa)                                                \
-  fa_status fa_cpu_forward_##isa(void *state, const fa_problem *p,             \
-                                 const fa_plan_data *plan,                     \
-                                 const fa_fwd_args *args);                     \
-  fa_status fa_cpu_backward_##isa(void *state, const fa_problem *p,            \
+/* Kernel entry points, one pair per row of cpu_isas.def (isa_<name>.c). */
+#define FA_CPU_ISA(name, ...)                                                  \
+  fa_status fa_cpu_forward_##name(void *state, const fa_problem *p,            \
                                   const fa_plan_data *plan,                    \
-                                  const fa_bwd_args *args);
-FA_CPU_DECLARE_ISA(scalar)
-FA_CPU_DECLARE_ISA(avx2)
-FA_CPU_DECLARE_ISA(avx512)
-FA_CPU_DECLARE_ISA(neon)
-FA_CPU_DECLARE_ISA(avx512bf16)
-FA_CPU_DECLARE_ISA(amxbf16)
-#undef FA_CPU_DECLARE_ISA
+                                  const fa_fwd_args *args);                    \
+  fa_status fa_cpu_backward_##name(void *state, const fa_problem *p,           \
+                                   const fa_plan_data *plan,                   \
+                                   const fa_bwd_args *args);
+#include "cpu_isas.def"
+#undef FA_CPU_ISA
 
 #endif
