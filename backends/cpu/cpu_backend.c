@@ -114,9 +114,10 @@ int fa_cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
   return 1;
 }
 
-/* Per built row: the plan with the row's vector width and the probe of the
-   backend it may open. */
-#define FA_CPU_BWD_1(name) fa_cpu_backward_##name
+/* Per built row: the plan with the row's vector width, the probe of the
+   backend it may open, and the entry points: the driver over the row's
+   work functions. */
+#define FA_CPU_BWD_1(name) backward_##name
 #define FA_CPU_BWD_0(name) NULL
 #define FA_CPU_ISA(name, host, vec, rank, level, usable, supports, score,      \
                    plan, bwd)                                                  \
@@ -126,7 +127,18 @@ int fa_cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
         return plan(q, plan_out, vec);                                         \
       } static int probe_##name(char *why, size_t len) {                       \
         return fa_cpu_isa_usable(FA_ISA_##name, why, len);                     \
-      })
+      } static fa_status forward_##name(void *state, const fa_problem *p,      \
+                                        const fa_plan_data *pl,                \
+                                        const fa_fwd_args *args) {             \
+        return fa_cpu_drive_forward(&fa_cpu_ops_##name, state, p, pl, args);   \
+      } FA_CPU_BWD_FN_##bwd(name))
+#define FA_CPU_BWD_FN_0(name)
+#define FA_CPU_BWD_FN_1(name)                                                  \
+  static fa_status backward_##name(void *state, const fa_problem *p,           \
+                                   const fa_plan_data *pl,                     \
+                                   const fa_bwd_args *args) {                  \
+    return fa_cpu_drive_backward(&fa_cpu_ops_##name, state, p, pl, args);      \
+  }
 #include "cpu_isas.def"
 #undef FA_CPU_ISA
 
@@ -138,7 +150,7 @@ static const fa_kernel cpu_kernels[] = {
                    plan_fn, bwd)                                               \
   FA_CPU_IF_##isa({.name = "cpu." #isa, .supports = supports_,                 \
                    .score = score_, .plan = plan_##isa,                        \
-                   .forward = fa_cpu_forward_##isa,                            \
+                   .forward = forward_##isa,                            \
                    .backward = FA_CPU_BWD_##bwd(isa)},)
 #include "cpu_isas.def"
 #undef FA_CPU_ISA

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_work.h"
 #include "dtype.h"
 
 typedef struct fa_cpu_state {
@@ -49,14 +50,9 @@ static inline void fa_cpu_load_k_rows(float *dst, int ld, const fa_problem *p,
   }
 }
 
-/* Kernel entry points, one pair per row of cpu_isas.def (isa_<name>.c). */
-#define FA_CPU_ISA(name, ...)                                                  \
-  fa_status fa_cpu_forward_##name(void *state, const fa_problem *p,            \
-                                  const fa_plan_data *plan,                    \
-                                  const fa_fwd_args *args);                    \
-  fa_status fa_cpu_backward_##name(void *state, const fa_problem *p,           \
-                                   const fa_plan_data *plan,                   \
-                                   const fa_bwd_args *args);
+/* The work functions of each row of cpu_isas.def (isa_<name>.c), which
+   the driver (cpu_driver.c) runs. */
+#define FA_CPU_ISA(name, ...) extern const fa_cpu_isa_ops fa_cpu_ops_##name;
 #include "cpu_isas.def"
 #undef FA_CPU_ISA
 
