@@ -17,8 +17,9 @@
 include(CheckCSourceCompiles)
 
 function(fa_cpu_isa name)
-  cmake_parse_arguments(A "" "ARCH;PROBE" "FLAGS;INCLUDES;SOURCES;BASELINE_SOURCES"
-                        ${ARGN})
+  # (PROBE is a list: CMake splits its statements at their semicolons)
+  cmake_parse_arguments(A "" "ARCH"
+                        "FLAGS;INCLUDES;PROBE;SOURCES;BASELINE_SOURCES" ${ARGN})
   set(FA_CPU_ISAS_KNOWN ${FA_CPU_ISAS_KNOWN} ${name} PARENT_SCOPE)
   if(A_ARCH AND NOT CMAKE_SYSTEM_PROCESSOR MATCHES "${A_ARCH}")
     return()
@@ -34,7 +35,8 @@ function(fa_cpu_isa name)
     foreach(_h ${A_INCLUDES} sleef.h)
       string(APPEND _src "#include <${_h}>\n")
     endforeach()
-    string(APPEND _src "int main(void) { ${A_PROBE} return 0; }\n")
+    string(JOIN "; " _probe ${A_PROBE})
+    string(APPEND _src "int main(void) { ${_probe}; return 0; }\n")
     check_c_source_compiles("${_src}" FA_COMPILES_${name})
     if(NOT FA_COMPILES_${name})
       return()
