@@ -148,9 +148,9 @@ int fa_cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
 static const fa_kernel cpu_kernels[] = {
 #define FA_CPU_ISA(isa, host, vec, rank, level, usable, supports_, score_,    \
                    plan_fn, bwd)                                               \
-  FA_CPU_IF_##isa({.name = "cpu." #isa, .supports = supports_,                 \
-                   .score = score_, .plan = plan_##isa,                        \
-                   .forward = forward_##isa,                            \
+  FA_CPU_IF_##isa({.name = "cpu." #isa, .supports = (supports_),               \
+                   .score = (score_), .plan = plan_##isa,                      \
+                   .forward = forward_##isa,                                   \
                    .backward = FA_CPU_BWD_##bwd(isa)},)
 #include "cpu_isas.def"
 #undef FA_CPU_ISA

@@ -15,7 +15,6 @@
 // into a 16-bit dK/dV sequence by sequence rounded at every step and could
 // overflow to an infinity of the wrong sign: found by the long fuzz run.)
 
-
 /* Paged: the fp32 row of key j of sequence b in the page accumulator. */
 static float *page_row(const cpu_bwd *c, float *pacc, int b, int j) {
   const fa_problem *p = c->p;
@@ -55,7 +54,6 @@ static void compute_delta(const cpu_bwd *c, float *ws, int b, int h) {
     c->sink_part[(int64_t)b * p->a.heads_q + h] = part;
   }
 }
-
 
 /* Q-side tiles of (b, h, rows row0..): Q row-major and transposed, dO
    row-major and transposed, and per-row lse and D (query lanes past nr get

@@ -84,7 +84,8 @@ fa_status fa_cpu_drive_forward(const fa_cpu_isa_ops *ops, void *state,
     float *mine = ws + t.total * (size_t)tid;
     if (kv.items) {
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t i = 0; i < kv.items; i++) ops->kvpack_item(p, plan, args, &kv, i);
+      for (int64_t i = 0; i < kv.items; i++)
+        ops->kvpack_item(p, plan, args, &kv, i);
       // (implicit barrier: K and V are packed)
     }
 #pragma omp for schedule(dynamic, 1)
@@ -100,7 +101,6 @@ fa_status fa_cpu_drive_forward(const fa_cpu_isa_ops *ops, void *state,
   }
   return FA_OK;
 }
-
 
 /* ---- backward: the passes of cpu_backward.h -------------------------- */
 
@@ -183,4 +183,3 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
   if (want_dsinks) store_dsinks(&c);
   return FA_OK;
 }
-

@@ -93,4 +93,3 @@ static void fold_finish(const cpu_tiles *t, float *ws, int nr, int dv) {
     for (int d = 0; d < dv; d++) o[d] = fo[d] - fc[d];
   }
 }
-

@@ -4,8 +4,6 @@
 // threaded on the thread's tiles: the driver (cpu_driver.c) runs the items
 // and merges the splits. Part of cpu_kernels.h.
 
-
-
 /* The small path's kv block [col0, col0 + nc): scores as dot products over
    d and P.V as row updates, each K/V row read (and widened) once. */
 static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
@@ -55,8 +53,8 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
           }
         load_k_rows((float *)kh[x] + (size_t)c * t->ld, t->ld, p, &args->k, b,
                     hk + x, col0 + c, 1, p->a.head_dim);
-        load_k_rows((float *)vh[x] + (size_t)c * t->ldv, t->ldv, p, &args->v,
-                    b, hk + x, col0 + c, 1, dv);
+        load_k_rows((float *)vh[x] + (size_t)c * t->ldv, t->ldv, p, &args->v, b,
+                    hk + x, col0 + c, 1, dv);
       }
   }
   // Lane runs: one per (row, kv head); a single run without kv packing.

@@ -124,7 +124,6 @@ static void gemm(int m, int n, int k, const float *A, int64_t rs, int64_t cs,
 #undef FA_LAST
 }
 
-
 /* 1 when rows [0, rows) x [0, n) of x (row pitch ld) hold an inf or NaN. */
 static int any_nonfinite(const float *x, int64_t ld, int rows, int n) {
   uint32_t all = 0;
@@ -165,4 +164,3 @@ static void gemm_visible(int nc, int lane0, int nr, const int *lo,
                       tail);
     }
 }
-

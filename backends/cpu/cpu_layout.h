@@ -56,4 +56,3 @@ static cpu_tiles tiles_layout(const fa_plan_data *plan, int bwd) {
   t.total = at;
   return t;
 }
-

@@ -39,7 +39,6 @@ static void column_done(float *m, float *l, float *mu, int r, fa_vf mx,
   vf_store(mu + r, alpha);
 }
 
-
 /* One online-softmax step on the transposed tile: column max, exp, column
    sum; returns the rescale factors alpha in mu[] (mu doubles as scratch). */
 static void online_softmax(const cpu_tiles *t, float *ws, int nc) {
@@ -69,4 +68,3 @@ static void rescale_o(float *o, int64_t ldo, const float *mu, int nr, int dv) {
     for (; d < dv; d++) orow[d] *= mu[r];
   }
 }
-

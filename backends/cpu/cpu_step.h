@@ -26,7 +26,7 @@ typedef struct cpu_fwd_item {
   const fa_problem *p;
   const fa_fwd_args *args;
   const cpu_tiles *t;
-  float *ws;          // the thread's tiles
+  float *ws;                // the thread's tiles
   const cpu_kvpack *kvpack; // the bf16 step's packed K/V
   cpu_lanes ln;
   int b, hk, sq, sk;

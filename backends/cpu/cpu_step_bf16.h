@@ -23,7 +23,6 @@ static void pair_rows(uint32_t *out, const uint16_t *lo, const uint16_t *hi,
   for (; x < n; x++) out[x] = lo[x] | (hi ? (uint32_t)hi[x] << 16 : 0u);
 }
 
-
 /* Fill kv's shape; the floats it needs (0: no pack, every tile of the
    problem is a small one, which reads K/V rows as stored). */
 static size_t kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
@@ -90,11 +89,11 @@ static int bf16_pack_q(const cpu_fwd_item *it, int small) {
   for (int r = 0; r < bq; r++) {
     memset(row, 0, sizeof(uint16_t) * 2 * (size_t)dpairs);
     if (r < it->nr)
-      memcpy(row,
-             (const uint16_t *)it->args->q.data +
-                 fa_q_offset(p, &it->args->q, it->b, row0 + r / pk,
-                             h0 + r % pk),
-             sizeof(uint16_t) * (size_t)p->a.head_dim);
+      memcpy(
+          row,
+          (const uint16_t *)it->args->q.data +
+              fa_q_offset(p, &it->args->q, it->b, row0 + r / pk, h0 + r % pk),
+          sizeof(uint16_t) * (size_t)p->a.head_dim);
     for (int e = 0; e < dpairs; e++)
       qt2[(size_t)e * bq + r] = row[2 * e] | (uint32_t)row[2 * e + 1] << 16;
   }
@@ -157,7 +156,6 @@ static void bf16_block(const cpu_fwd_item *it, int col0, int nc) {
 }
 
 #else // no bf16 pair products: the step takes no item
-
 
 static size_t kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
                           int small_lanes, cpu_kvpack *kv) {

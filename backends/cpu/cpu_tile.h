@@ -60,7 +60,6 @@ static void load_k_rows(float *dst, int ld, const fa_problem *p,
   }
 }
 
-
 /* Query lanes of a tile: lane r is row row0 + r / pk of head h0 + r % pk
    (pk > 1 packs the q heads that share a kv head into one tile). */
 typedef struct cpu_lanes {
@@ -125,7 +124,6 @@ static void lane_keys(const fa_problem *p, const cpu_lanes *ln, int sq, int sk,
     }
   }
 }
-
 
 /* Zero the entries x[c * cs + r * rs] of a tile that lanes r < nr do not
    see (P and dS of masked pairs are exactly 0, whatever NaN the formula
@@ -226,4 +224,3 @@ static void scores_rows(const fa_problem *p, const cpu_tiles *t, float *ws,
     }
   }
 }
-

@@ -63,8 +63,7 @@ typedef struct fa_cpu_isa_ops {
   size_t (*kvpack_plan)(const fa_problem *p, const fa_plan_data *plan,
                         cpu_kvpack *kv);
   void (*kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
-                      const fa_fwd_args *args, const cpu_kvpack *kv,
-                      int64_t i);
+                      const fa_fwd_args *args, const cpu_kvpack *kv, int64_t i);
   /* Forward work item w on the tiles ws (layout t). */
   void (*fwd_item)(const fa_problem *p, const fa_plan_data *plan,
                    const fa_fwd_args *args, const cpu_tiles *t, float *ws,
