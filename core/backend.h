@@ -67,7 +67,7 @@ typedef struct fa_bwd_args {
 } fa_bwd_args;
 
 typedef struct fa_kernel {
-  const char *name; // "cpu.avx512.f32", "cuda.sm90.bf16.d128": what logs,
+  const char *name; // "cpu.<isa>", "cuda.sm90.bf16.d128": what logs,
                     // fa_explain, fa_plan_describe and binding by name use
   // 1 if this kernel runs q's problem on q's layout for q's op (forward or
   // backward: a kernel without a backward entry is never asked about
@@ -95,7 +95,7 @@ typedef struct fa_kernel {
 typedef struct fa_backend {
   int api_version;      // FA_BACKEND_API_VERSION
   const char *name;     // runtime name: "cpu", "cuda", "hip" (+ ISA for CPU
-                        // backends, which are one per ISA: "cpu-avx512")
+                        // backends, which are one per ISA: "cpu-<isa>")
   fa_backend_kind kind; // family, for fa_context_create(kind)
   int rank;             // larger is preferred by AUTO
   int memory_space;     // FA_MEMORY_HOST or a GPU module's own id

@@ -35,8 +35,8 @@ static fa_switch table[] = {
      "arrays and descales on every call)",
      NULL, NULL},
     {"FA_CPU_MAX_ISA", NULL,
-     "cap the CPU ISA: scalar, avx2, avx512 or neon (also hides better "
-     "kernels of the same backend)",
+     "cap the CPU ISA at a CPU backend's (cpu-<isa>: FA_CPU_MAX_ISA=<isa>; "
+     "also hides better kernels of the same backend)",
      NULL, NULL},
     {"FA_CUDA_DETERMINISTIC", NULL,
      "1: CUDA backward without atomic dQ accumulation (bit-reproducible, "

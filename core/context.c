@@ -71,7 +71,7 @@ fa_status fa_context_create_by_name(fa_context **ctx, const char *full) {
   int i = fa_registry_find(name);
   const fa_kernel *kernel = NULL;
   for (int j = 0; i < 0 && j < fa_registry_size(); j++) {
-    // A kernel name ("cpu.avx512") binds the context to that one kernel:
+    // A kernel name ("cpu.<isa>") binds the context to that one kernel:
     // for triage and for testing kernels a better one would shadow.
     const fa_backend *b = fa_registry_at(j)->backend;
     for (int k = 0; k < b->num_kernels; k++)

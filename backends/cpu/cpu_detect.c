@@ -19,7 +19,8 @@ static unsigned long long xgetbv0(void) {
   return ((unsigned long long)edx << 32) | eax;
 }
 
-static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
+/* AVX2 (with FMA and F16C), and with avx512 AVX-512 F/DQ/BW/VL too. */
+static int x86_has(int avx512, char *why, size_t len) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) {
     (void)snprintf(why, len, "CPUID leaf 1 unavailable");
@@ -42,7 +43,7 @@ static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
     (void)snprintf(why, len, "OS does not save AVX state (XCR0=0x%llx)", xcr0);
     return 0;
   }
-  if (isa == FA_ISA_AVX2) return 1;
+  if (!avx512) return 1;
   if (!(avx512f && avx512dq && avx512bw && avx512vl)) {
     (void)snprintf(why, len, "CPU lacks AVX-512 F/DQ/BW/VL");
     return 0;
@@ -66,7 +67,7 @@ static int x86_has(fa_cpu_isa isa, char *why, size_t len) {
 int fa_cpu_has_avx512bf16(void) {
 #if defined(__x86_64__) || defined(__i386__)
   char why[128];
-  if (!fa_cpu_isa_usable(FA_ISA_AVX512, why, sizeof why)) return 0;
+  if (!fa_cpu_isa_usable(FA_ISA_avx512, why, sizeof why)) return 0;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
   return (a >> 5) & 1; // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
@@ -101,7 +102,7 @@ static int amx_permission(char *why, size_t len) {
 }
 #endif
 
-int fa_cpu_amx_bf16_usable(char *why, size_t len) {
+int fa_cpu_amxbf16_usable(char *why, size_t len) {
 #if defined(__x86_64__) && defined(__linux__)
   if (!fa_cpu_has_avx512bf16()) {
     (void)snprintf(why, len,
@@ -127,55 +128,89 @@ int fa_cpu_amx_bf16_usable(char *why, size_t len) {
 #endif
 }
 
-static const char *isa_names[] = {"scalar", "avx2", "avx512", "neon"};
+int fa_cpu_scalar_usable(char *why, size_t len) { return 1; }
 
-const char *fa_cpu_isa_name(fa_cpu_isa isa) { return isa_names[isa]; }
+int fa_cpu_avx2_usable(char *why, size_t len) {
+#if defined(__x86_64__) || defined(__i386__)
+  return x86_has(0, why, len);
+#else
+  (void)snprintf(why, len, "not an x86 CPU");
+  return 0;
+#endif
+}
 
-/* Level for FA_CPU_MAX_ISA: an ISA is allowed when its level <= the cap. */
-static int isa_level(fa_cpu_isa isa) {
-  return isa == FA_ISA_SCALAR ? 0 : isa == FA_ISA_AVX512 ? 2 : 1;
+int fa_cpu_avx512_usable(char *why, size_t len) {
+#if defined(__x86_64__) || defined(__i386__)
+  return x86_has(1, why, len);
+#else
+  (void)snprintf(why, len, "not an x86 CPU");
+  return 0;
+#endif
+}
+
+int fa_cpu_avx512bf16_usable(char *why, size_t len) {
+  if (fa_cpu_has_avx512bf16()) return 1;
+  (void)snprintf(why, len, "CPU lacks AVX512-BF16");
+  return 0;
+}
+
+int fa_cpu_neon_usable(char *why, size_t len) {
+#if defined(__aarch64__) && defined(__linux__)
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMD) return 1;
+  (void)snprintf(why, len, "HWCAP lacks ASIMD");
+  return 0;
+#elif defined(__aarch64__)
+  return 1; // Advanced SIMD is mandatory in AArch64
+#else
+  (void)snprintf(why, len, "not an AArch64 CPU");
+  return 0;
+#endif
+}
+
+typedef struct isa_row {
+  const char *name, *host;
+  int level;
+  int (*usable)(char *why, size_t len);
+} isa_row;
+
+static const isa_row isa_rows[] = {
+#define FA_CPU_ISA(name, host, vec, rank, level, usable, ...)                  \
+  {#name, #host, level, usable},
+#include "cpu_isas.def"
+#undef FA_CPU_ISA
+};
+
+const char *fa_cpu_isa_name(fa_cpu_isa isa) { return isa_rows[isa].name; }
+
+/* The FA_CPU_MAX_ISA names: the rows that open a backend. */
+static int caps_backend(const isa_row *r) {
+  return strcmp(r->name, r->host) == 0;
+}
+
+/* FA_CPU_MAX_ISA=cap's level, or -1 with why (the names it may take). */
+static int cap_level(const char *cap, char *why, size_t len) {
+  for (int i = 0; i < FA_CPU_NUM_ISAS; i++)
+    if (caps_backend(&isa_rows[i]) && strcmp(cap, isa_rows[i].name) == 0)
+      return isa_rows[i].level;
+  int at = snprintf(why, len, "FA_CPU_MAX_ISA=%s is not one of", cap);
+  const char *sep = " ";
+  for (int i = 0; i < FA_CPU_NUM_ISAS && at >= 0 && (size_t)at < len; i++)
+    if (caps_backend(&isa_rows[i])) {
+      at += snprintf(why + at, len - (size_t)at, "%s%s", sep, isa_rows[i].name);
+      sep = ", ";
+    }
+  return -1;
 }
 
 int fa_cpu_isa_usable(fa_cpu_isa isa, char *why, size_t len) {
   const char *cap = fa_config_string("FA_CPU_MAX_ISA");
   if (cap && *cap) {
-    int cap_level = -1;
-    for (int i = 0; i < 4; i++)
-      if (strcmp(cap, isa_names[i]) == 0) cap_level = isa_level((fa_cpu_isa)i);
-    if (cap_level < 0) {
-      (void)snprintf(why, len,
-                     "FA_CPU_MAX_ISA=%s is not one of scalar, avx2, "
-                     "avx512, neon",
-                     cap);
-      return 0;
-    }
-    if (isa_level(isa) > cap_level) {
+    const int level = cap_level(cap, why, len);
+    if (level < 0) return 0;
+    if (isa_rows[isa].level > level) {
       (void)snprintf(why, len, "capped by FA_CPU_MAX_ISA=%s", cap);
       return 0;
     }
   }
-  switch (isa) {
-  case FA_ISA_SCALAR:
-    return 1;
-  case FA_ISA_AVX2:
-  case FA_ISA_AVX512:
-#if defined(__x86_64__) || defined(__i386__)
-    return x86_has(isa, why, len);
-#else
-    snprintf(why, len, "not an x86 CPU");
-    return 0;
-#endif
-  case FA_ISA_NEON:
-#if defined(__aarch64__) && defined(__linux__)
-    if (getauxval(AT_HWCAP) & HWCAP_ASIMD) return 1;
-    snprintf(why, len, "HWCAP lacks ASIMD");
-    return 0;
-#elif defined(__aarch64__)
-    return 1; // Advanced SIMD is mandatory in AArch64
-#else
-    (void)snprintf(why, len, "not an AArch64 CPU");
-    return 0;
-#endif
-  }
-  return 0;
+  return isa_rows[isa].usable(why, len);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_work.h"
 #include "dtype.h"
 
 typedef struct fa_cpu_state {
@@ -49,20 +50,10 @@ static inline void fa_cpu_load_k_rows(float *dst, int ld, const fa_problem *p,
   }
 }
 
-/* Kernel entry points, one pair per ISA compiled in (isa_<isa>.c). */
-#define FA_CPU_DECLARE_ISA(isa)                                                \
-  fa_status fa_cpu_forward_##isa(void *state, const fa_problem *p,             \
-                                 const fa_plan_data *plan,                     \
-                                 const fa_fwd_args *args);                     \
-  fa_status fa_cpu_backward_##isa(void *state, const fa_problem *p,            \
-                                  const fa_plan_data *plan,                    \
-                                  const fa_bwd_args *args);
-FA_CPU_DECLARE_ISA(scalar)
-FA_CPU_DECLARE_ISA(avx2)
-FA_CPU_DECLARE_ISA(avx512)
-FA_CPU_DECLARE_ISA(neon)
-FA_CPU_DECLARE_ISA(avx512bf16)
-FA_CPU_DECLARE_ISA(amxbf16)
-#undef FA_CPU_DECLARE_ISA
+/* The work functions of each row of cpu_isas.def (isa_<name>.c), which
+   the driver (cpu_driver.c) runs. */
+#define FA_CPU_ISA(name, ...) extern const fa_cpu_isa_ops fa_cpu_ops_##name;
+#include "cpu_isas.def"
+#undef FA_CPU_ISA
 
 #endif

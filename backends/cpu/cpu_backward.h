@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: MIT
+// The backward's work items (the driver, cpu_driver.c, runs the passes).
+// Part of cpu_kernels.h.
+//
+// Three passes, each parallel without atomics and deterministic:
+//   1. D_i = rowsum(dO_i * O_i) for every query row;
+//   2. dK, dV: one item per (batch, kv head, kv block), over the q heads of
+//      its group and the q blocks that see the block;
+//   3. dQ: one item per (batch, q head, q block), over its kv blocks.
+// Splitting dQ from dK/dV recomputes two tile products (7 instead of 5) but
+// needs neither atomics nor an fp32 dQ accumulator the size of Q. Paged KV
+// may share a page between sequences: there pass 2 runs one item per kv
+// head, sums dK/dV in fp32 over every sequence that names a page (a buffer
+// over the pages the batch references), and stores each row once. (Adding
+// into a 16-bit dK/dV sequence by sequence rounded at every step and could
+// overflow to an infinity of the wrong sign: found by the long fuzz run.)
+
+/* Paged: the fp32 row of key j of sequence b in the page accumulator. */
+static float *page_row(const cpu_bwd *c, float *pacc, int b, int j) {
+  const fa_problem *p = c->p;
+  const int ps = p->a.page_size;
+  const int32_t page =
+      p->a.block_table[(int64_t)b * p->a.max_blocks_per_seq + j / ps];
+  const size_t row = (size_t)c->page_slot[page] * ps + (size_t)(j % ps);
+  return pacc + row * (size_t)(p->a.head_dim + p->a.head_dim_v);
+}
+
+static int64_t row_index(const fa_problem *p, int b, int h, int i) {
+  return ((int64_t)b * p->a.heads_q + h) * p->a.seqlen_q + i;
+}
+
+static void compute_delta(const cpu_bwd *c, float *ws, int b, int h) {
+  const fa_problem *p = c->p;
+  const fa_tensor *o = &c->args->o, *d_o = &c->args->d_o;
+  const int sq = fa_seq_len_q(p, b), dv = p->a.head_dim_v;
+  float *ro = ws, *rd = ws + ((size_t)dv + 15) / 16 * 16;
+  for (int i = 0; i < sq; i++) {
+    vf_widen_row(ro, o->data, o->dtype, fa_q_offset(p, o, b, i, h), dv);
+    vf_widen_row(rd, d_o->data, d_o->dtype, fa_q_offset(p, d_o, b, i, h), dv);
+    float acc = 0.0f;
+    for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
+    c->delta[row_index(p, b, h, i)] = acc;
+  }
+  // d loss / d sink = -sum_i P_sink(i) D_i, P_sink(i) = exp(sink - lse_i):
+  // the sink takes probability mass from every row and gives back no value.
+  if (c->sink_part) {
+    const float sink = p->a.sinks[h];
+    float part = 0.0f;
+    for (int i = 0; i < sq; i++) {
+      const int64_t at = row_index(p, b, h, i);
+      const float ps = sink == -INFINITY ? 0.0f : expf(sink - c->args->lse[at]);
+      part -= ps * c->delta[at];
+    }
+    c->sink_part[(int64_t)b * p->a.heads_q + h] = part;
+  }
+}
+
+/* Q-side tiles of (b, h, rows row0..): Q row-major and transposed, dO
+   row-major and transposed, and per-row lse and D (query lanes past nr get
+   lse 0 and D 0, so they produce P finite and dS = 0). */
+static void load_q_side(const cpu_bwd *c, float *ws, int b, int h, int row0,
+                        int nr) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int bq = t->bq;
+  load_q_rows(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr, p->a.head_dim);
+  load_q_rows(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr,
+              p->a.head_dim_v);
+  for (int r = 0; r < bq; r++)
+    for (int d = 0; d < p->a.head_dim; d++)
+      ws[t->qt + (size_t)d * bq + r] =
+          r < nr ? ws[t->q + (size_t)r * t->ld + d] * p->a.scale : 0.0f;
+  for (int r = 0; r < bq; r++)
+    for (int d = 0; d < p->a.head_dim_v; d++)
+      ws[t->dot + (size_t)d * bq + r] =
+          r < nr ? ws[t->d_o + (size_t)r * t->ldv + d] : 0.0f;
+  float *lse = ws + t->m, *dl = ws + t->l;
+  for (int r = 0; r < bq; r++) {
+    float x = r < nr ? c->args->lse[row_index(p, b, h, row0 + r)] : 0.0f;
+    lse[r] = x == -INFINITY ? 0.0f : x; // such rows see no key: P = 0 anyway
+    dl[r] = r < nr ? c->delta[row_index(p, b, h, row0 + r)] : 0.0f;
+  }
+}
+
+static void load_k_side(const cpu_bwd *c, float *ws, int b, int hk, int col0,
+                        int nc) {
+  const fa_problem *p = c->p;
+  load_k_rows(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
+              p->a.head_dim);
+  load_k_rows(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
+              p->a.head_dim_v);
+}
+
+/* With both sides loaded: P^T (in s) = exp(S^T - lse), dP^T = V.dO^T, and
+   dS^T (in dp) = P^T * (dP^T - D) * dscore. The exponent is clamped at 0:
+   s <= lse holds in real arithmetic, but s is recomputed here by another
+   product order, and at huge logits (f16 near 65504, default scale) the
+   rounding would make P = exp(s - lse) overflow. Returns 1 when the tile
+   meets a mask, with each lane's visible keys in the vis tile; masked
+   entries of P and dS are then exactly 0. */
+static int tile_grad(const cpu_bwd *c, float *ws, int b, int h, int sq, int sk,
+                     int row0, int nr, int col0, int nc) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int bq = t->bq;
+  float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
+  const cpu_lanes ln = {h, 1, row0, nr, fa_diag_shift(p, b, sq, sk)};
+  scores(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
+  gemm(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq, dp, bq,
+       0);
+  const float *lse = ws + t->m, *dl = ws + t->l;
+  for (int j = 0; j < nc; j++)
+    for (int r = 0; r < bq; r += FA_VW) {
+      size_t at = (size_t)j * bq + r;
+      fa_vf pr = vf_exp(vf_min0(vf_sub(vf_load(s + at), vf_load(lse + r))));
+      vf_store(s + at, pr);
+      fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load(dp + at), vf_load(dl + r))),
+                        vf_load(g + at));
+      vf_store(dp + at, ds);
+    }
+  if (!tile_cut(p, &ln, sq, sk, col0, nc)) return 0;
+  // A NaN lse or D (a row that attends to a NaN) or a NaN dP (NaN in V or
+  // dO) would otherwise leak into masked entries through the formula.
+  int *lo = (int *)(ws + t->vis), *hi = lo + bq;
+  lane_keys(p, &ln, sq, sk, col0, nc, lo, hi);
+  zero_hidden(s, bq, 1, nr, nc, lo, hi);
+  zero_hidden(dp, bq, 1, nr, nc, lo, hi);
+  return 1;
+}
+
+/* dK, dV of one kv block. Here the score tile is kept the other way round,
+   S[lane][key], so that the block's K^T and V^T are packed once and every
+   q block of every head of the group reuses them, with Q and dO as stored:
+     S = Q.(scale K^T),  dP = dO.V^T,  P = exp(S - lse),
+     dS = P * (dP - D) * dscore,  dV += P^T.dO,  dK += dS^T.Q. */
+static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  const int bq = t->bq, bk = t->bk, dim = p->a.head_dim, dv = p->a.head_dim_v;
+  memset(ws + t->acc, 0, sizeof(float) * (size_t)bk * t->ld);
+  memset(ws + t->accv, 0, sizeof(float) * (size_t)bk * t->ldv);
+  load_k_side(c, ws, b, hk, col0, nc);
+  float *kt = ws + t->kt, *vt = ws + t->vt;
+  for (int j = 0; j < nc; j++) {
+    const float *kr = ws + t->k + (size_t)j * t->ld,
+                *vr = ws + t->v + (size_t)j * t->ldv;
+    for (int d = 0; d < dim; d++) kt[(size_t)d * bk + j] = kr[d] * p->a.scale;
+    for (int d = 0; d < dv; d++) vt[(size_t)d * bk + j] = vr[d];
+  }
+  float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
+  float *q = ws + t->q, *d_o = ws + t->d_o;
+  int *lo = (int *)(ws + t->vis), *hi = lo + bq;
+  const cpu_slayout sl = {1, bk, 0};
+  const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
+  for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
+    for (int qb = 0; qb < nqb; qb++) {
+      int kb0, kb1;
+      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
+      if (kb < kb0 || kb >= kb1) continue;
+      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+      load_q_rows(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
+      load_q_rows(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
+      gemm(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
+      const cpu_lanes ln = {h, 1, row0, nr, shift};
+      cpu_slayout sl_r = sl;
+      sl_r.grad_lanes = nr;
+      scores_post(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
+      gemm(nr, nc, dv, d_o, t->ldv, 1, vt, bk, dp, bk, 0);
+      for (int r = 0; r < nr; r++) {
+        const int64_t at = row_index(p, b, h, row0 + r);
+        const float lse = c->args->lse[at];
+        // A row that sees no key has lse = -inf and only masked scores:
+        // exp(-inf - 0) = 0 keeps it out of every sum.
+        const fa_vf vl = vf_set1(lse == -INFINITY ? 0.0f : lse);
+        const fa_vf vd = vf_set1(c->delta[at]);
+        float *sr = s + (size_t)r * bk, *gr = g + (size_t)r * bk,
+              *dpr = dp + (size_t)r * bk;
+        for (int j = 0; j < nc; j += FA_VW) {
+          const int n = j < full ? FA_VW : tail;
+          // Clamped at 0 as in tile_grad.
+          fa_vf pr = vf_exp(vf_min0(vf_sub(vf_load_part(sr + j, n), vl)));
+          fa_vf ds = vf_mul(vf_mul(pr, vf_sub(vf_load_part(dpr + j, n), vd)),
+                            vf_load_part(gr + j, n));
+          vf_store_part(sr + j, pr, n);
+          vf_store_part(dpr + j, ds, n);
+        }
+      }
+      // dV += P^T.dO, dK += dS^T.Q. Where the tile meets a mask: masked P
+      // and dS exactly 0, and only visible pairs multiplied when dO or Q
+      // holds inf or NaN (as in the forward).
+      const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
+      if (cut) {
+        lane_keys(p, &ln, sq, sk, col0, nc, lo, hi);
+        zero_hidden(s, 1, bk, nr, nc, lo, hi);
+        zero_hidden(dp, 1, bk, nr, nc, lo, hi);
+      }
+      if (cut && any_nonfinite(d_o, t->ldv, nr, dv))
+        gemm_visible(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, t->ldv, ws + t->accv,
+                     t->ldv, 1);
+      else
+        gemm(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv, 1);
+      if (cut && any_nonfinite(q, t->ld, nr, dim))
+        gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, t->ld, ws + t->acc,
+                     t->ld, 1);
+      else
+        gemm(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
+    }
+}
+
+/* Store one gradient row g[0..n) at element off of t, or with
+   FA_BACKWARD_ACCUMULATE add it: old + g in fp32, rounded once to t's
+   dtype (the header's rule). */
+static void store_grad(const fa_problem *p, const fa_tensor *t, int64_t off,
+                       const float *g, int n) {
+  if (p->a.backward_mode != FA_BACKWARD_ACCUMULATE) {
+    fa_store_row(t->data, t->dtype, off, g, n);
+    return;
+  }
+  for (int d = 0; d < n; d++)
+    fa_store(t->data, t->dtype, off + d,
+             fa_load(t->data, t->dtype, off + d) + g[d]);
+}
+
+/* Write the dK/dV rows of a kv block (dense and varlen K/V). */
+static void store_kv_block(const cpu_bwd *c, const float *ws, int b, int hk,
+                           int kb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
+  const int sk = fa_seq_len_k(p, b);
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  for (int j = 0; j < nc; j++) {
+    int64_t ok = fa_k_offset(p, dk, b, col0 + j, hk);
+    int64_t ov = fa_k_offset(p, dvt, b, col0 + j, hk);
+    const float *a = ws + t->acc + (size_t)j * t->ld;
+    const float *av = ws + t->accv + (size_t)j * t->ldv;
+    store_grad(p, dk, ok, a, p->a.head_dim);
+    store_grad(p, dvt, ov, av, p->a.head_dim_v);
+  }
+}
+
+/* Paged: add the dK/dV rows of a kv block to the page accumulator. */
+static void add_kv_block(const cpu_bwd *c, const float *ws, float *pacc, int b,
+                         int kb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int sk = fa_seq_len_k(p, b), dim = p->a.head_dim;
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  for (int j = 0; j < nc; j++) {
+    float *row = page_row(c, pacc, b, col0 + j);
+    const float *a = ws + t->acc + (size_t)j * t->ld;
+    const float *av = ws + t->accv + (size_t)j * t->ldv;
+    for (int d = 0; d < dim; d++) row[d] += a[d];
+    for (int d = 0; d < p->a.head_dim_v; d++) row[dim + d] += av[d];
+  }
+}
+
+/* Paged: store the summed dK/dV rows of every key the batch names (a row
+   named twice is stored twice, with the same value; accumulating, it is
+   added once: its accumulator row is cleared after the add, so the second
+   visit adds zeros). */
+static void store_pages(const cpu_bwd *c, float *pacc, int hk) {
+  const fa_problem *p = c->p;
+  const fa_tensor *dk = &c->args->dk, *dvt = &c->args->dv;
+  const int dim = p->a.head_dim, dv = p->a.head_dim_v;
+  const int acc = p->a.backward_mode == FA_BACKWARD_ACCUMULATE;
+  for (int b = 0; b < p->a.batch; b++)
+    for (int j = 0; j < fa_seq_len_k(p, b); j++) {
+      float *row = page_row(c, pacc, b, j);
+      store_grad(p, dk, fa_k_offset(p, dk, b, j, hk), row, dim);
+      store_grad(p, dvt, fa_k_offset(p, dvt, b, j, hk), row + dim, dv);
+      if (acc) memset(row, 0, sizeof(float) * (size_t)(dim + dv));
+    }
+}
+
+/* Zero dK/dV rows: keys [j0, j1) of sequence b (dense rows past seqused_k
+   get zero gradient; accumulating adds nothing to them). */
+static void zero_kv_rows(const cpu_bwd *c, int b, int hk, int j0, int j1) {
+  const fa_problem *p = c->p;
+  if (p->a.backward_mode == FA_BACKWARD_ACCUMULATE) return;
+  const fa_tensor *ts[2] = {&c->args->dk, &c->args->dv};
+  const int dims[2] = {p->a.head_dim, p->a.head_dim_v};
+  for (int j = j0; j < j1; j++)
+    for (int x = 0; x < 2; x++) {
+      int64_t off = fa_k_offset(p, ts[x], b, j, hk);
+      for (int d = 0; d < dims[x]; d++)
+        fa_store(ts[x]->data, ts[x]->dtype, off + d, 0.0f);
+    }
+}
+
+static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int bq = t->bq, row0 = qb * bq;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < bq ? sq - row0 : bq;
+  const int dim = p->a.head_dim, hk = h / p->group;
+  float *acc = ws + t->acc;
+  memset(acc, 0, sizeof(float) * (size_t)bq * t->ld);
+  load_q_side(c, ws, b, h, row0, nr);
+  int kb0, kb1;
+  fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, qb, &kb0,
+                    &kb1);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    load_k_side(c, ws, b, hk, col0, nc);
+    const int cut = tile_grad(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+    // dQ[r][:] += sum_c dS^T[c][r] K[c][:], over visible pairs only where
+    // masked dS = 0 would meet an inf or NaN in K.
+    if (cut && any_nonfinite(ws + t->k, t->ld, nc, dim)) {
+      const int *lo = (const int *)(ws + t->vis), *hi = lo + bq;
+      gemm_visible(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq, ws + t->k, t->ld,
+                   acc, t->ld, 0);
+    } else {
+      gemm(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc, t->ld, 1);
+    }
+  }
+  const fa_tensor *dq = &c->args->dq;
+  for (int r = 0; r < nr; r++)
+    store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
+               acc + (size_t)r * t->ld, dim);
+}
+
+/* Pass 2 item i: dK/dV of one (batch, kv head, kv block), or when paged of
+   one kv head over every sequence, summed in pacc (the thread's page
+   accumulator). */
+static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
+  const fa_problem *p = c->p;
+  const int nkb = c->plan->num_k_blocks, HK = p->a.heads_kv;
+  if (p->paged) {
+    const int hk = (int)i;
+    memset(pacc, 0, sizeof(float) * c->page_floats);
+    for (int b = 0; b < p->a.batch; b++)
+      for (int kb = 0; kb * c->t.bk < fa_seq_len_k(p, b); kb++) {
+        kv_block_grads(c, ws, b, hk, kb);
+        add_kv_block(c, ws, pacc, b, kb);
+      }
+    store_pages(c, pacc, hk);
+    return;
+  }
+  const int kb = (int)(i % nkb), hk = (int)(i / nkb % HK),
+            b = (int)(i / nkb / HK);
+  const int sk = fa_seq_len_k(p, b);
+  if (kb == 0) {
+    int rows = p->varlen_k ? p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b]
+                           : p->a.seqlen_k;
+    zero_kv_rows(c, b, hk, sk, rows);
+  }
+  if (kb * c->t.bk < sk) {
+    kv_block_grads(c, ws, b, hk, kb);
+    store_kv_block(c, ws, b, hk, kb);
+  }
+}
+
+/* Pass 3 item i: dQ of one (batch, q head, q block). */
+static void bwd_q_item(const cpu_bwd *c, float *ws, int64_t i) {
+  const int nqb = c->plan->num_q_blocks, HQ = c->p->a.heads_q;
+  q_block_grads(c, ws, (int)(i / nqb / HQ), (int)(i / nqb % HQ),
+                (int)(i % nqb));
+}

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// What the CPU driver (cpu_driver.c, compiled once at baseline flags) and
+// each ISA's kernel body (cpu_kernels.h, compiled per ISA) share: the
+// per-thread tile layout, the call's shared scratch, and the table of work
+// functions through which an ISA's translation unit offers its kernels.
+#ifndef FA_CPU_WORK_H
+#define FA_CPU_WORK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* Per-thread working tiles, in floats. bq is a multiple of FA_VW so the
+   query axis of transposed tiles is whole vectors. */
+typedef struct cpu_tiles {
+  int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
+  size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
+  size_t kt, vt;
+  size_t fo, fc, fml; // forward, long rows: the folded state (fold_state)
+  size_t vis; // 2 * bq ints: each lane's visible keys of the tile, [lo, hi)
+  size_t total;
+} cpu_tiles;
+
+/* The splits' partial states, which the driver merges. */
+typedef struct cpu_partials {
+  float *ml; // [num_work][block_q][2]: (m, l) of each split
+  float *o;  // [num_work][block_q][head_dim_v]
+} cpu_partials;
+
+/* bf16 K and V in the layouts the tile products read, packed once per call
+   for every (batch, kv head) rather than once per (q block, kv block): K
+   rows as stored, padded to ldk2 pairs; V as pairs of consecutive keys.
+   Keys past a sequence's length, up to rows (whole 32-key tiles past the
+   last block), are zero, so any tile a product reads is finite. */
+typedef struct cpu_kvpack {
+  uint32_t *k, *v; // [batch][heads_kv][rows][ldk2], [..][rows / 2][ldv2]
+  int rows, ldk2, ldv2;
+  int64_t items; // pack work items: (batch, kv head, kv block)
+} cpu_kvpack;
+
+typedef struct cpu_bwd {
+  const fa_problem *p;
+  const fa_plan_data *plan;
+  const fa_bwd_args *args;
+  cpu_tiles t;
+  float *delta; // D, [batch][heads_q][seqlen_q]
+  // Paged: compact index of each referenced page (-1: none), and the
+  // floats of one kv head's fp32 dK/dV rows over those pages.
+  const int32_t *page_slot;
+  size_t page_floats;
+  float *sink_part; // dsinks: each (batch, head)'s share, [batch][heads_q]
+} cpu_bwd;
+
+/* One ISA's work functions (fa_cpu_ops_<isa>, defined by isa_<isa>.c). The
+   driver owns threads, workspace, the merge of splits and the error path;
+   these run one work item on the calling thread's tiles. */
+typedef struct fa_cpu_isa_ops {
+  /* Where the tiles of a thread live (bwd: the backward's). */
+  cpu_tiles (*tiles)(const fa_plan_data *plan, int bwd);
+  /* The forward's K/V pack: fills kv (items 0: none) and returns its
+     floats; then item i of it, once kv's k and v point at them. */
+  size_t (*kvpack_plan)(const fa_problem *p, const fa_plan_data *plan,
+                        cpu_kvpack *kv);
+  void (*kvpack_item)(const fa_problem *p, const fa_plan_data *plan,
+                      const fa_fwd_args *args, const cpu_kvpack *kv, int64_t i);
+  /* Forward work item w on the tiles ws (layout t). */
+  void (*fwd_item)(const fa_problem *p, const fa_plan_data *plan,
+                   const fa_fwd_args *args, const cpu_tiles *t, float *ws,
+                   int64_t w, cpu_partials *part, const cpu_kvpack *kv);
+  /* Run by each thread after its forward items (a tile step's end). */
+  void (*thread_done)(void);
+  /* The backward's passes: D and the dsinks share of (b, h); dK/dV item i
+     (pacc: the thread's page accumulator when paged); dQ item i. */
+  void (*bwd_delta)(const cpu_bwd *c, float *ws, int b, int h);
+  void (*bwd_kv_item)(const cpu_bwd *c, float *ws, float *pacc, int64_t i);
+  void (*bwd_q_item)(const cpu_bwd *c, float *ws, int64_t i);
+} fa_cpu_isa_ops;
+
+fa_status fa_cpu_drive_forward(const fa_cpu_isa_ops *ops, void *state,
+                               const fa_problem *p, const fa_plan_data *plan,
+                               const fa_fwd_args *args);
+fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
+                                const fa_problem *p, const fa_plan_data *plan,
+                                const fa_bwd_args *args);
+#endif
