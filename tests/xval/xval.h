@@ -96,8 +96,11 @@ static inline fa_dtype xv_out_dtype(const xcase *c) {
    d64 dv64, no mask, bshd, dense. */
 xcase xv_default(void);
 
-/* Names of every group, NULL-terminated. */
-extern const char *const xv_groups[];
+/* The most cases a group may have (the runner's case array). */
+#define XV_MAX_CASES 1024
+
+/* The name of group i (0, 1, ...), NULL past the last. */
+const char *xv_group_name(int i);
 
 /* Fill up to max cases of group `name`; returns the number of cases, or -1
    if the group does not exist. */

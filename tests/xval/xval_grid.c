@@ -15,17 +15,6 @@
 #define BR FA_CAUSAL_BOTTOM_RIGHT
 #define TL FA_CAUSAL_TOP_LEFT
 
-const char *const xv_groups[] = {
-    "fwd.dims",       "fwd.lengths",   "fwd.masks",       "fwd.features",
-    "fwd.gqa",        "fwd.layout",    "fwd.varlen",      "fwd.paged",
-    "fwd.decode",     "fwd.plan",      "bwd.dims",        "bwd.lengths",
-    "bwd.masks",      "bwd.features",  "bwd.gqa",         "bwd.varlen",
-    "bwd.paged",      "bwd.layout",    "fwd.tensor-core", "bwd.tensor-core",
-    "fwd.edge",       "bwd.edge",      "fwd.fp8",         "fwd.fp8-decode",
-    "bwd.fp8",        "fwd.positions", "bwd.positions",   "fwd.shard",
-    "fwd.descale",    "bwd.descale",   "fwd.outdtype",    "bwd.outdtype",
-    "bwd.accumulate", "bwd.dsinks",    "bwd.plan",        NULL};
-
 xcase xv_default(void) {
   xcase c;
   memset(&c, 0, sizeof c);
@@ -1033,49 +1022,59 @@ static void bwd_plan(list *l) {
 #undef BP
 }
 
+/* Every group, in the order "--group all" runs them: the one list that
+   --list-groups prints and the build makes tests of. */
+static const struct {
+  const char *name;
+  void (*fn)(list *);
+} groups[] = {
+    {"fwd.dims", fwd_dims},
+    {"fwd.lengths", fwd_lengths},
+    {"fwd.masks", fwd_masks},
+    {"fwd.features", fwd_features},
+    {"fwd.gqa", fwd_gqa},
+    {"fwd.layout", fwd_layout},
+    {"fwd.varlen", fwd_varlen},
+    {"fwd.paged", fwd_paged},
+    {"fwd.decode", fwd_decode},
+    {"fwd.plan", fwd_plan},
+    {"bwd.dims", bwd_dims},
+    {"bwd.lengths", bwd_lengths},
+    {"bwd.masks", bwd_masks},
+    {"bwd.features", bwd_features},
+    {"bwd.gqa", bwd_gqa},
+    {"bwd.varlen", bwd_varlen},
+    {"bwd.paged", bwd_paged},
+    {"bwd.layout", bwd_layout},
+    {"fwd.tensor-core", fwd_tensor_core},
+    {"bwd.tensor-core", bwd_tensor_core},
+    {"fwd.edge", fwd_edge},
+    {"bwd.edge", bwd_edge},
+    {"fwd.fp8", xv_fwd_fp8},
+    {"fwd.fp8-decode", xv_fwd_fp8_decode},
+    {"bwd.fp8", xv_bwd_fp8},
+    {"fwd.positions", fwd_positions},
+    {"bwd.positions", bwd_positions},
+    {"fwd.shard", fwd_shard},
+    {"fwd.descale", fwd_descale},
+    {"bwd.descale", bwd_descale},
+    {"fwd.outdtype", fwd_outdtype},
+    {"bwd.outdtype", bwd_outdtype},
+    {"bwd.accumulate", bwd_accumulate},
+    {"bwd.dsinks", bwd_dsinks},
+    {"bwd.plan", bwd_plan},
+};
+#define NGROUPS (int)(sizeof groups / sizeof groups[0])
+
+const char *xv_group_name(int i) {
+  return i >= 0 && i < NGROUPS ? groups[i].name : NULL;
+}
+
 int xv_group_cases(const char *name, xcase *out, int max) {
-  static const struct {
-    const char *name;
-    void (*fn)(list *);
-  } table[] = {{"fwd.dims", fwd_dims},
-               {"fwd.lengths", fwd_lengths},
-               {"fwd.masks", fwd_masks},
-               {"fwd.features", fwd_features},
-               {"fwd.gqa", fwd_gqa},
-               {"fwd.layout", fwd_layout},
-               {"fwd.varlen", fwd_varlen},
-               {"fwd.paged", fwd_paged},
-               {"fwd.decode", fwd_decode},
-               {"fwd.plan", fwd_plan},
-               {"bwd.dims", bwd_dims},
-               {"bwd.masks", bwd_masks},
-               {"bwd.lengths", bwd_lengths},
-               {"bwd.features", bwd_features},
-               {"bwd.gqa", bwd_gqa},
-               {"bwd.varlen", bwd_varlen},
-               {"bwd.paged", bwd_paged},
-               {"bwd.layout", bwd_layout},
-               {"fwd.tensor-core", fwd_tensor_core},
-               {"bwd.tensor-core", bwd_tensor_core},
-               {"fwd.edge", fwd_edge},
-               {"bwd.edge", bwd_edge},
-               {"fwd.fp8", xv_fwd_fp8},
-               {"fwd.fp8-decode", xv_fwd_fp8_decode},
-               {"bwd.fp8", xv_bwd_fp8},
-               {"fwd.positions", fwd_positions},
-               {"bwd.positions", bwd_positions},
-               {"fwd.shard", fwd_shard},
-               {"fwd.descale", fwd_descale},
-               {"bwd.descale", bwd_descale},
-               {"fwd.outdtype", fwd_outdtype},
-               {"bwd.outdtype", bwd_outdtype},
-               {"bwd.accumulate", bwd_accumulate},
-               {"bwd.dsinks", bwd_dsinks},
-               {"bwd.plan", bwd_plan}};
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-    if (strcmp(table[i].name, name) == 0) {
+  for (int i = 0; i < NGROUPS; i++)
+    if (strcmp(groups[i].name, name) == 0) {
       list l = {out, 0, max};
-      table[i].fn(&l);
+      groups[i].fn(&l);
       return l.n;
     }
   return -1;

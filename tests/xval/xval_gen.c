@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// Input generators (xcase.gen): N(0, 1) data and the edge numerics every
+// backend gets (logits of +-1e4, f16 near 65504, equal scores, NaN at
+// chosen places).
+#include <math.h>
+
+#include "xval_run.h"
+
+/* Random N(0, amp^2) values (rounded to the dtype) in every logical
+   element. */
+void xv_fill(xs *s, xt *x, ts_rng *r, double amp) {
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < xv_rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = xv_elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c,
+                   (float)(amp * ts_rng_normal(r)));
+      }
+}
+
+/* An input element of generator gen (XV_GEN_*) for tensor role 0 (q),
+   1 (k) or 2 (v), before rounding to the dtype. */
+static double edge_value(ts_rng *r, int gen, int role, int d) {
+  switch (gen) {
+  case XV_GEN_LOGITS_POS:
+  case XV_GEN_LOGITS_NEG: {
+    if (role == 2) return ts_rng_normal(r);
+    // Small integers, exact in every dtype: q.k sums d products of about
+    // 1e4 / d each, exactly, in fp32.
+    double base = floor(sqrt(1e4 / d) + 0.5);
+    if (role == 1 && gen == XV_GEN_LOGITS_NEG) base = -base;
+    return base + ts_rng_int(r, -1, 1);
+  }
+  case XV_GEN_F16MAX:
+    return (ts_rng_uniform(r) < 0.5 ? -1 : 1) * 65504.0 *
+           (1.0 - 0.02 * ts_rng_uniform(r));
+  case XV_GEN_EQUAL:
+    return role == 0 ? 0.0 : ts_rng_normal(r);
+  default:
+    return ts_rng_normal(r);
+  }
+}
+
+/* The NaN generators: which tensor (role) holds the NaN. */
+int xv_nan_role(int gen) {
+  return gen == XV_GEN_NAN_Q   ? 0
+         : gen == XV_GEN_NAN_K ? 1
+         : gen == XV_GEN_NAN_V ? 2
+                               : -1;
+}
+
+/* xv_fill() for the edge generators: every logical element of q, k or v. */
+void xv_fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role) {
+  if (xv_nan_role(gen) >= 0) {
+    xv_fill(s, x, r, 1.0);
+    if (role != xv_nan_role(gen)) return;
+    // One NaN, in sequence 0 and the last head, where masks and tiles make
+    // some rows see it and some not.
+    int row = role == 0 ? xv_rows_of(s, 0, 0) / 2 : xv_rows_of(s, 1, 0) / 3;
+    int64_t o = xv_elem_index(s, x, 0, row, x->heads - 1);
+    ts_store(x->t.data, x->t.dtype, o + 3 % x->dim, NAN);
+    return;
+  }
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < xv_rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = xv_elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c,
+                   edge_value(r, gen, role, s->c->d));
+      }
+}
