@@ -71,9 +71,12 @@ void xv_case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
     tn += snprintf(thr + tn, sizeof thr - tn, " qamp=%g", (double)c->qamp);
   if (c->gen) {
     static const char *gz[] = {"normal", "logits+1e4", "logits-1e4", "f16max",
-                               "equal",  "nan-q",      "nan-k",      "nan-v"};
+                               "equal",  "nan-q",      "nan-k",      "nan-v",
+                               "nan-do", "inf-q"};
     tn += snprintf(thr + tn, sizeof thr - tn, " gen=%s%s", gz[c->gen],
-                   c->expect == XV_EXPECT_ELEMENTWISE ? " elementwise" : "");
+                   c->expect == XV_EXPECT_EXACT ? " exact"
+                   : c->expect                  ? " elementwise"
+                                                : "");
   }
   if (c->out)
     tn += snprintf(thr + tn, sizeof thr - tn, " out=%s",

@@ -43,7 +43,6 @@ static void xt_dev(xt *x) {
       (unsigned char *)ts_buf_dev(x->buf) + x->off * ts_dtype_size(x->t.dtype);
 }
 
-
 void xv_xs_free(xs *s) {
   for (int i = 0; i < NBUF; i++) {
     if (s->buf[i].alloc) ts_buf_free(s->ctx, &s->buf[i]);
@@ -84,8 +83,8 @@ uint64_t xv_str_hash(const char *str) {
 
 /* Build the problem and every buffer of case c. Structure (lengths, page
    shuffles) comes from the case's identity; data from the run's seed. */
-int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c,
-                    uint64_t struct_seed, uint64_t data_seed) {
+int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed,
+                uint64_t data_seed) {
   memset(s, 0, sizeof *s);
   s->c = c;
   s->ctx = ctx;
@@ -308,6 +307,7 @@ int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c,
                 vk, 1))
       return -1;
     xv_fill(s, &s->d_o, &dr, 1.0);
+    if (c->gen == XV_GEN_NAN_DO) xv_place_nan(s, &s->d_o, 3);
   }
   if (ts_buf_alloc(&s->buf[B_LSE], sizeof(float) * B * c->hq * c->sq))
     return -1;

@@ -101,7 +101,7 @@ void xv_check_memory(xs *s, msgbuf *m) {
       size_t at = 0;
       while (s->snap[i][at] == b->alloc[at]) at++;
       xv_msg(m, "input %s was modified (first at byte %td of the payload)",
-          xv_buf_name(i), (ptrdiff_t)at - TS_GUARD_BYTES);
+             xv_buf_name(i), (ptrdiff_t)at - TS_GUARD_BYTES);
     }
   }
 }
@@ -136,7 +136,7 @@ unsigned char *xv_view_marks(const xs *s, const xt *x) {
 /* Check the view of output x (poison outside it, written inside) and widen
    its logical elements into dense [b][rows][heads][dim] (rows = max). */
 void xv_extract(xs *s, const xt *x, const char *name, double *dense,
-                    msgbuf *m) {
+                msgbuf *m) {
   const fa_attention *a = &s->a;
   int R = x->klike ? a->seqlen_k : a->seqlen_q;
   memset(dense, 0, sizeof(double) * a->batch * R * x->heads * x->dim);
@@ -151,9 +151,9 @@ void xv_extract(xs *s, const xt *x, const char *name, double *dense,
       if (outside++ == 0) first = i;
   if (outside)
     xv_msg(m,
-        "%s: %zu elements outside the view were written (first at "
-        "element %zu of the buffer)",
-        name, outside, first);
+           "%s: %zu elements outside the view were written (first at "
+           "element %zu of the buffer)",
+           name, outside, first);
   size_t unwritten = 0;
   for (int b = 0; b < a->batch; b++)
     for (int r = 0; r < xv_rows_of(s, x->klike, b); r++)
@@ -164,23 +164,24 @@ void xv_extract(xs *s, const xt *x, const char *name, double *dense,
           if (ts_is_poison(x->t.data, x->t.dtype, o + c)) {
             if (unwritten++ == 0)
               xv_msg(m, "%s[b=%d][%s=%d][h=%d][%d] was never written", name, b,
-                  x->klike ? "key" : "row", r, h, c);
+                     x->klike ? "key" : "row", r, h, c);
           }
           d[c] = ts_load(x->t.data, x->t.dtype, o + c);
         }
       }
-  if (unwritten > 1) xv_msg(m, "%s: %zu elements never written", name, unwritten);
+  if (unwritten > 1)
+    xv_msg(m, "%s: %zu elements never written", name, unwritten);
   free(mk);
 }
 
 void xv_check_finite(const double *ref, const double *got, size_t n,
-                         const char *name, msgbuf *m) {
+                     const char *name, msgbuf *m) {
   size_t first = 0, bad = ts_nonfinite_parity(ref, got, n, &first);
   if (bad)
     xv_msg(m,
-        "%s: %zu values whose NaN/Inf status differs from the oracle "
-        "(first flat index %zu: got %g, expected %g)",
-        name, bad, first, got[first], ref[first]);
+           "%s: %zu values whose NaN/Inf status differs from the oracle "
+           "(first flat index %zu: got %g, expected %g)",
+           name, bad, first, got[first], ref[first]);
 }
 
 void xv_check_err(const char *name, double err, double bound, msgbuf *m) {
@@ -189,8 +190,7 @@ void xv_check_err(const char *name, double err, double bound, msgbuf *m) {
 }
 
 /* Rows with no visible key: O exactly 0, lse -inf (or the sink). */
-void xv_check_empty_rows(xs *s, const double *o, const double *lse,
-                             msgbuf *m) {
+void xv_check_empty_rows(xs *s, const double *o, const double *lse, msgbuf *m) {
   const fa_attention *a = &s->a;
   int DV = s->c->dv, bad = 0;
   for (int b = 0; b < a->batch; b++)
@@ -202,17 +202,17 @@ void xv_check_empty_rows(xs *s, const double *o, const double *lse,
         for (int c = 0; c < DV; c++)
           if (r[c] != 0.0 && bad++ < 3)
             xv_msg(m,
-                "o[b=%d][row=%d][h=%d][%d] = %g in a row with no visible "
-                "key (must be exactly 0)",
-                b, i, h, c, r[c]);
+                   "o[b=%d][row=%d][h=%d][%d] = %g in a row with no visible "
+                   "key (must be exactly 0)",
+                   b, i, h, c, r[c]);
         if (lse) {
           double want = a->sinks ? (double)a->sinks[h] : -INFINITY;
           double got = lse[((size_t)b * a->heads_q + h) * a->seqlen_q + i];
           if (got != want && bad++ < 3)
             xv_msg(m,
-                "lse[b=%d][h=%d][row=%d] = %g in a row with no visible key "
-                "(must be %g)",
-                b, h, i, got, want);
+                   "lse[b=%d][h=%d][row=%d] = %g in a row with no visible key "
+                   "(must be %g)",
+                   b, h, i, got, want);
         }
       }
     }

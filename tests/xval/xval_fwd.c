@@ -35,7 +35,8 @@ static fa_status shard_forward(xrun *r, xs *s, msgbuf *m) {
   const int SQ = a->seqlen_q, SK = a->seqlen_k;
   if (n < 1 || n > XV_MAX_SHARD || SQ < n || SK < n || a->cu_seqlens_q ||
       a->block_table || a->seqused_k || a->sinks) {
-    xv_msg(m, "harness: a shard case must be dense, sinkless, with >= %d rows", n);
+    xv_msg(m, "harness: a shard case must be dense, sinkless, with >= %d rows",
+           n);
     return FA_OK;
   }
   const int expl = a->positions == FA_POSITIONS_EXPLICIT;
@@ -136,7 +137,7 @@ int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   // naive rule (with bt, the less precise of the two) otherwise.
   const fa_dtype dto = s->dto, bt = xv_bound_dtype(c->dt, dto);
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
-  const int elementwise = c->expect == XV_EXPECT_ELEMENTWISE;
+  const int elementwise = c->expect != XV_EXPECT_RULE;
   if (bt != FA_F32 && !elementwise) {
     fa_naive_forward_to(a, s->q.t, s->k.t, s->v.t, dto, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
@@ -144,9 +145,9 @@ int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     nlerr = ts_lse_err_f(lref, lnv, nl);
     if (!xv_naive_sane(bt, nerr))
       xv_msg(m,
-          "harness: the naive same-precision attention disagrees with the "
-          "oracle (err %.3e): the references do not agree on semantics",
-          nerr);
+             "harness: the naive same-precision attention disagrees with the "
+             "oracle (err %.3e): the references do not agree on semantics",
+             nerr);
   }
   int outs[2] = {B_O, B_LSE};
   if (xv_poison_upload(s, outs, 2)) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Input generators (xcase.gen): N(0, 1) data and the edge numerics every
-// backend gets (logits of +-1e4, f16 near 65504, equal scores, NaN at
-// chosen places).
+// backend gets (logits of +-1e4, f16 near 65504, equal scores, NaN and inf
+// at chosen places).
 #include <math.h>
 
 #include "xval_run.h"
@@ -42,24 +42,60 @@ static double edge_value(ts_rng *r, int gen, int role, int d) {
   }
 }
 
-/* The NaN generators: which tensor (role) holds the NaN. */
+/* The generators that put a non-finite value in one tensor: which one
+   (role 3: dO). */
 int xv_nan_role(int gen) {
-  return gen == XV_GEN_NAN_Q   ? 0
-         : gen == XV_GEN_NAN_K ? 1
-         : gen == XV_GEN_NAN_V ? 2
-                               : -1;
+  switch (gen) {
+  case XV_GEN_NAN_Q:
+  case XV_GEN_INF_Q:
+    return 0;
+  case XV_GEN_NAN_K:
+    return 1;
+  case XV_GEN_NAN_V:
+    return 2;
+  case XV_GEN_NAN_DO:
+    return 3;
+  default:
+    return -1;
+  }
+}
+
+/* XV_GEN_INF_Q: k's dimension 0 made positive, then q's +-inf (see
+   xval.h), so that the sign of every score of those rows is known. */
+static void place_inf(xs *s, xt *x, ts_rng *r, int role) {
+  if (role == 1) {
+    for (int b = 0; b < s->a.batch; b++)
+      for (int i = 0; i < xv_rows_of(s, 1, b); i++)
+        for (int h = 0; h < x->heads; h++)
+          ts_store(x->t.data, x->t.dtype, xv_elem_index(s, x, b, i, h),
+                   0.5 + ts_rng_uniform(r));
+    return;
+  }
+  if (role != 0) return;
+  const int rows = xv_rows_of(s, 0, 0);
+  ts_store(x->t.data, x->t.dtype, xv_elem_index(s, x, 0, rows / 2, 0),
+           -INFINITY);
+  ts_store(x->t.data, x->t.dtype,
+           xv_elem_index(s, x, 0, rows / 3, x->heads - 1), INFINITY);
+}
+
+/* One NaN in tensor x (role 0 q, 1 k, 2 v, 3 dO), in sequence 0 and the
+   last head, where masks and tiles make some rows see it and some not. */
+void xv_place_nan(xs *s, xt *x, int role) {
+  int row = role == 0 || role == 3 ? xv_rows_of(s, 0, 0) / 2
+                                   : xv_rows_of(s, 1, 0) / 3;
+  int64_t o = xv_elem_index(s, x, 0, row, x->heads - 1);
+  ts_store(x->t.data, x->t.dtype, o + 3 % x->dim, NAN);
 }
 
 /* xv_fill() for the edge generators: every logical element of q, k or v. */
 void xv_fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role) {
   if (xv_nan_role(gen) >= 0) {
     xv_fill(s, x, r, 1.0);
-    if (role != xv_nan_role(gen)) return;
-    // One NaN, in sequence 0 and the last head, where masks and tiles make
-    // some rows see it and some not.
-    int row = role == 0 ? xv_rows_of(s, 0, 0) / 2 : xv_rows_of(s, 1, 0) / 3;
-    int64_t o = xv_elem_index(s, x, 0, row, x->heads - 1);
-    ts_store(x->t.data, x->t.dtype, o + 3 % x->dim, NAN);
+    if (gen == XV_GEN_INF_Q)
+      place_inf(s, x, r, role);
+    else if (role == xv_nan_role(gen))
+      xv_place_nan(s, x, role);
     return;
   }
   for (int b = 0; b < s->a.batch; b++)

@@ -672,9 +672,9 @@ static void bwd_tensor_core(list *l) {
    The bounds assume rounded logits, so at +-1e4 they allow ~0.25 max|v|
    and catch what breaks there (exp overflow or underflow, a lost row max:
    NaN, inf, 0); tests/stress keeps the CPU's tight bound for these
-   exact-integer logits (1e-5 max|v|), the inf cases and the CPU's strict
-   NaN rules for the backward. Shapes include d64 f16/bf16 ones, which the
-   GPU tensor-core kernels take. */
+   exact-integer logits (1e-5 max|v|); the inf inputs and the NaN rules of
+   the backward are groups fwd.stress and bwd.stress (xval_stress.c). Shapes
+   include d64 f16/bf16 ones, which the GPU tensor-core kernels take. */
 static void edge_cases(list *l, int bwd) {
   xcase c;
 #define E(...)                                                                 \
@@ -711,7 +711,7 @@ static void edge_cases(list *l, int bwd) {
     c.d = c.dv = 8; c.wl = 20);
   E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_F16; c.wl = 20);
   E(c.gen = XV_GEN_EQUAL; c.sq = 70; c.sk = 130; c.dt = FA_BF16; c.causal = BR);
-  if (bwd) return; // (the backward's NaN rules stay in tests/stress)
+  if (bwd) return; // (the backward's NaN cases: bwd.stress)
   // One NaN in q, k or v: the rows that see it are NaN, every other element
   // as the oracle's (a masked key contributes nothing, not even 0 * NaN).
   E(c.gen = XV_GEN_NAN_Q; c.sq = 70; c.sk = 130; c.causal = BR);
@@ -1063,6 +1063,9 @@ static const struct {
     {"bwd.accumulate", bwd_accumulate},
     {"bwd.dsinks", bwd_dsinks},
     {"bwd.plan", bwd_plan},
+    {"fwd.stress", xv_fwd_stress},
+    {"bwd.stress", xv_bwd_stress},
+    {"fwd.longrow", xv_fwd_longrow},
 };
 #define NGROUPS (int)(sizeof groups / sizeof groups[0])
 

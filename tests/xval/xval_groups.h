@@ -19,4 +19,9 @@ void xv_fwd_fp8(xv_list *l);
 void xv_fwd_fp8_decode(xv_list *l);
 void xv_bwd_fp8(xv_list *l);
 
+/* xval_stress.c */
+void xv_fwd_stress(xv_list *l);
+void xv_bwd_stress(xv_list *l);
+void xv_fwd_longrow(xv_list *l);
+
 #endif

@@ -96,7 +96,8 @@ int xv_naive_sane(fa_dtype t, double naive_err);
 const char *xv_buf_name(int id);
 void xv_check_empty_rows(xs *s, const double *o, const double *lse, msgbuf *m);
 void xv_check_err(const char *name, double err, double bound, msgbuf *m);
-void xv_check_finite(const double *ref, const double *got, size_t n, const char *name, msgbuf *m);
+void xv_check_finite(const double *ref, const double *got, size_t n,
+                     const char *name, msgbuf *m);
 void xv_check_memory(xs *s, msgbuf *m);
 void xv_check_untouched(xs *s, const int *ids, int n, msgbuf *m);
 int xv_download(xs *s, const int *ids, int n);
@@ -115,16 +116,22 @@ int64_t xv_elem_index(const xs *s, const xt *x, int b, int r, int h);
 int xv_rows_of(const xs *s, int klike, int b);
 uint64_t xv_str_hash(const char *str);
 void xv_xs_free(xs *s);
-int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed, uint64_t data_seed);
+int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed,
+                uint64_t data_seed);
 
 /* ---- xval_gen.c: input generators (xcase.gen) */
 void xv_fill(xs *s, xt *x, ts_rng *r, double amp);
 void xv_fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role);
 int xv_nan_role(int gen);
+void xv_place_nan(xs *s, xt *x, int role);
 
 /* ---- xval_expect.c: expectation mode XV_EXPECT_ELEMENTWISE */
-int xv_check_bwd_elementwise(xs *s, double *const ref[3], double *const got[3], const size_t cnt[3], char *res, size_t rn, msgbuf *m);
-int xv_check_elementwise(xs *s, const double *oref, const double *lref, const double *ogot, double *lgot, char *res, size_t rn, msgbuf *m);
+int xv_check_bwd_elementwise(xs *s, double *const ref[3], double *const got[3],
+                             const size_t cnt[3], char *res, size_t rn,
+                             msgbuf *m);
+int xv_check_elementwise(xs *s, const double *oref, const double *lref,
+                         const double *ogot, double *lgot, char *res, size_t rn,
+                         msgbuf *m);
 
 /* ---- xval_fwd.c: forward checks */
 int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m);
@@ -134,7 +141,8 @@ int xv_run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m);
 
 /* ---- test_xval.c: the runner */
 void xv_case_name(const xrun *r, const xcase *c, char *buf, size_t n);
-int xv_fail_status(fa_status st, const char *what, msgbuf *m, char *why, size_t wn);
+int xv_fail_status(fa_status st, const char *what, msgbuf *m, char *why,
+                   size_t wn);
 void xv_print_structure(const xs *s);
 
 #endif
