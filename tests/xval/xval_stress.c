@@ -39,8 +39,8 @@ static void stress_cases(xv_list *l, int bwd) {
   xcase c;
   for (int t = 0; t < 3; t++) {
     // One key per row: the diagonal.
-    S(c.dt = dts[t]; c.sq = c.sk = 19; c.hq = 4; c.d = c.dv = 24;
-      c.causal = BR; c.wl = 0; c.expect = bwd ? c.expect : XV_EXPECT_EXACT);
+    S(c.dt = dts[t]; c.sq = c.sk = 19; c.hq = 4; c.d = c.dv = 24; c.causal = BR;
+      c.wl = 0; c.expect = bwd ? c.expect : XV_EXPECT_EXACT);
     S(c.dt = dts[t]; c.sq = c.sk = 70; c.hq = 4; c.causal = BR; c.wl = 0;
       c.expect = bwd ? c.expect : XV_EXPECT_EXACT);
     // Infinite scores (forward: the backward of a NaN row is NaN, and the
@@ -60,8 +60,8 @@ static void stress_cases(xv_list *l, int bwd) {
       if (g == XV_GEN_NAN_DO && !bwd) continue;
       S(c.dt = dts[t]; c.gen = g; c.b = 1; c.sq = c.sk = 16; c.hq = 1;
         c.hkv = 1; c.d = c.dv = dn; c.causal = BR);
-      S(c.dt = dts[t]; c.gen = g; c.b = 1; c.sq = c.sk = 6; c.hq = 1;
-        c.hkv = 1; c.d = c.dv = dn; c.causal = BR);
+      S(c.dt = dts[t]; c.gen = g; c.b = 1; c.sq = c.sk = 6; c.hq = 1; c.hkv = 1;
+        c.d = c.dv = dn; c.causal = BR);
       S(c.dt = dts[t]; c.gen = g; c.b = 1; c.sq = c.sk = 40; c.hq = 1;
         c.hkv = 1; c.d = c.dv = dn; c.wl = 3; c.wr = 2);
       S(c.dt = dts[t]; c.gen = g; c.b = 1; c.sq = 5; c.sk = 40; c.hq = 1;
