@@ -16,25 +16,11 @@
 #include "xval.h"
 #include "xval_list.h"
 
-static const char *runtime_name(fa_backend_kind k) {
-  switch (k) {
-  case FA_BACKEND_CPU:
-    return "cpu";
-  case FA_BACKEND_CUDA:
-    return "cuda";
-  case FA_BACKEND_HIP:
-    return "hip";
-  case FA_BACKEND_AUTO:
-    break;
-  }
-  return "unknown";
-}
-
 int xv_list_kernels(FILE *out) {
   for (int i = 0; i < fa_registry_size(); i++) {
     const fa_registry_entry *e = fa_registry_at(i);
     const fa_backend *b = e->backend;
-    const char *rt = runtime_name(b->kind);
+    const char *rt = fa_backend_kind_name(b->kind);
     fprintf(out, "backend %s %s %d", b->name, rt, b->num_kernels);
     if (!e->usable) fprintf(out, " (not usable here: %s)", e->why);
     fputc('\n', out);
