@@ -6,19 +6,6 @@
 
 #include "xval_run.h"
 
-/* Random N(0, amp^2) values (rounded to the dtype) in every logical
-   element. */
-void xv_fill(xs *s, xt *x, ts_rng *r, double amp) {
-  for (int b = 0; b < s->a.batch; b++)
-    for (int i = 0; i < xv_rows_of(s, x->klike, b); i++)
-      for (int h = 0; h < x->heads; h++) {
-        int64_t o = xv_elem_index(s, x, b, i, h);
-        for (int c = 0; c < x->dim; c++)
-          ts_store(x->t.data, x->t.dtype, o + c,
-                   (float)(amp * ts_rng_normal(r)));
-      }
-}
-
 /* An input element of generator gen (XV_GEN_*) for tensor role 0 (q),
    1 (k) or 2 (v), before rounding to the dtype. */
 static double edge_value(ts_rng *r, int gen, int role, int d) {
@@ -40,6 +27,28 @@ static double edge_value(ts_rng *r, int gen, int role, int d) {
   default:
     return ts_rng_normal(r);
   }
+}
+
+/* Every logical element of x from generator gen (role as edge_value's);
+   XV_GEN_NORMAL draws N(0, amp^2), rounded to fp32 and then the dtype. */
+static void fill_values(xs *s, xt *x, ts_rng *r, int gen, int role,
+                        double amp) {
+  for (int b = 0; b < s->a.batch; b++)
+    for (int i = 0; i < xv_rows_of(s, x->klike, b); i++)
+      for (int h = 0; h < x->heads; h++) {
+        int64_t o = xv_elem_index(s, x, b, i, h);
+        for (int c = 0; c < x->dim; c++)
+          ts_store(x->t.data, x->t.dtype, o + c,
+                   gen == XV_GEN_NORMAL
+                       ? (double)(float)(amp * ts_rng_normal(r))
+                       : edge_value(r, gen, role, s->c->d));
+      }
+}
+
+/* Random N(0, amp^2) values (rounded to the dtype) in every logical
+   element. */
+void xv_fill(xs *s, xt *x, ts_rng *r, double amp) {
+  fill_values(s, x, r, XV_GEN_NORMAL, 0, amp);
 }
 
 /* The generators that put a non-finite value in one tensor: which one
@@ -98,12 +107,5 @@ void xv_fill_edge(xs *s, xt *x, ts_rng *r, int gen, int role) {
       xv_place_nan(s, x, role);
     return;
   }
-  for (int b = 0; b < s->a.batch; b++)
-    for (int i = 0; i < xv_rows_of(s, x->klike, b); i++)
-      for (int h = 0; h < x->heads; h++) {
-        int64_t o = xv_elem_index(s, x, b, i, h);
-        for (int c = 0; c < x->dim; c++)
-          ts_store(x->t.data, x->t.dtype, o + c,
-                   edge_value(r, gen, role, s->c->d));
-      }
+  fill_values(s, x, r, gen, role, 1.0);
 }
