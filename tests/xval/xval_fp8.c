@@ -8,8 +8,6 @@
 #include "xval.h"
 #include "xval_groups.h"
 
-#define BR FA_CAUSAL_BOTTOM_RIGHT
-#define TL FA_CAUSAL_TOP_LEFT
 #define OUT(t) ((t) + 1)
 
 void xv_fwd_fp8(xv_list *l) {

@@ -20,8 +20,6 @@
 #include "xval.h"
 #include "xval_groups.h"
 
-#define BR FA_CAUSAL_BOTTOM_RIGHT
-
 static const fa_dtype dts[3] = {FA_F32, FA_F16, FA_BF16};
 
 /* One case: the defaults, compared element by element, then the fields
