@@ -16,18 +16,8 @@ typedef xv_list list;
 static void positions_cases(list *l, int bwd) {
   xcase c;
 #define PS(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = bwd;                                                               \
-    c.pos = 1;                                                                 \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 37;                                                                 \
-    c.sk = 61;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = bwd; c.pos = 1; c.hq = 4; c.hkv = 2; c.sq = 37;        \
+          c.sk = 61; c.d = c.dv = 32; __VA_ARGS__)
   PS(c.qoff = 24; c.koff = 0; c.causal = BR); // = the aligned default
   PS(c.qoff = 0; c.koff = 0; c.causal = BR);  // = top-left
   PS(c.qoff = 10; c.koff = 25; c.causal = BR; c.dt = FA_F16);
@@ -83,17 +73,8 @@ void xv_bwd_positions(xv_list *l) { positions_cases(l, 1); }
 void xv_fwd_shard(xv_list *l) {
   xcase c;
 #define SH(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.shard = 3;                                                               \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 70;                                                                 \
-    c.sk = 90;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.shard = 3; c.hq = 4; c.hkv = 2; c.sq = 70; c.sk = 90;        \
+          c.d = c.dv = 32; __VA_ARGS__)
   SH();
   SH(c.causal = BR);
   SH(c.causal = TL; c.dt = FA_BF16);
@@ -120,18 +101,8 @@ void xv_fwd_shard(xv_list *l) {
 static void descale_cases(list *l, int bwd) {
   xcase c;
 #define DS(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = bwd;                                                               \
-    c.descale = 1;                                                             \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 41;                                                                 \
-    c.sk = 59;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = bwd; c.descale = 1; c.hq = 4; c.hkv = 2; c.sq = 41;    \
+          c.sk = 59; c.d = c.dv = 32; __VA_ARGS__)
   for (int t = 0; t < 3; t++)
     for (int k = 1; k <= 3; k++)
       DS(c.dt = dtypes[t]; c.descale = k; c.causal = (t + k) % 2 ? BR : 0);
@@ -203,18 +174,8 @@ void xv_bwd_outdtype(xv_list *l) { outdtype_cases(l, 1); }
 void xv_bwd_accumulate(xv_list *l) {
   xcase c;
 #define AC(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.accum = 1;                                                               \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 40;                                                                 \
-    c.sk = 56;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.accum = 1; c.hq = 4; c.hkv = 2; c.sq = 40;        \
+          c.sk = 56; c.d = c.dv = 32; __VA_ARGS__)
   AC();
   AC(c.causal = BR; c.dt = FA_F16);
   AC(c.causal = TL; c.dt = FA_BF16);
@@ -236,19 +197,8 @@ void xv_bwd_accumulate(xv_list *l) {
 void xv_bwd_dsinks(xv_list *l) {
   xcase c;
 #define SK(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.sinks = 1;                                                               \
-    c.dsinks = 1;                                                              \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 40;                                                                 \
-    c.sk = 56;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.sinks = 1; c.dsinks = 1; c.hq = 4; c.hkv = 2;     \
+          c.sq = 40; c.sk = 56; c.d = c.dv = 32; __VA_ARGS__)
   SK();
   SK(c.causal = BR; c.dt = FA_F16);
   SK(c.causal = BR; c.sq = 56; c.sk = 40; c.dt = FA_BF16); // empty rows
@@ -267,16 +217,8 @@ void xv_bwd_dsinks(xv_list *l) {
 void xv_bwd_plan(xv_list *l) {
   xcase c;
 #define BP(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.plan = 1;                                                                \
-    c.sq = 45;                                                                 \
-    c.sk = 63;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.plan = 1; c.sq = 45; c.sk = 63; c.d = c.dv = 32;  \
+          __VA_ARGS__)
   BP();
   BP(c.causal = BR; c.dt = FA_F16);
   BP(c.varlen = 1; c.b = 4; c.dt = FA_BF16; c.causal = BR);

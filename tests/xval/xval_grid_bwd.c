@@ -95,17 +95,8 @@ void xv_bwd_masks(xv_list *l) {
 void xv_bwd_features(xv_list *l) {
   xcase c;
 #define F(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 40;                                                                 \
-    c.sk = 56;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.hq = 4; c.hkv = 2; c.sq = 40; c.sk = 56;          \
+          c.d = c.dv = 32; __VA_ARGS__)
   F(c.cap = 2.0f);
   F(c.cap = 1.0f; c.scale = 0.5f; c.causal = BR; c.dt = FA_F16);
   F(c.alibi = 1; c.causal = BR);
@@ -140,19 +131,8 @@ void xv_bwd_gqa(xv_list *l) {
 void xv_bwd_varlen(xv_list *l) {
   xcase c;
 #define V(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.varlen = 1;                                                              \
-    c.b = 5;                                                                   \
-    c.sq = 40;                                                                 \
-    c.sk = 60;                                                                 \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.varlen = 1; c.b = 5; c.sq = 40; c.sk = 60;        \
+          c.hq = 4; c.hkv = 2; c.d = c.dv = 32; __VA_ARGS__)
   V();
   V(c.causal = BR; c.dt = FA_F16);
   V(c.causal = TL);
@@ -168,18 +148,8 @@ void xv_bwd_varlen(xv_list *l) {
 void xv_bwd_paged(xv_list *l) {
   xcase c;
 #define P(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.page = 16;                                                               \
-    c.seqused = 1;                                                             \
-    c.b = 3;                                                                   \
-    c.sq = 17;                                                                 \
-    c.sk = 70;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.page = 16; c.seqused = 1; c.b = 3; c.sq = 17;     \
+          c.sk = 70; c.d = c.dv = 32; __VA_ARGS__)
   P();
   P(c.page = 3; c.causal = BR; c.dt = FA_F16);
   P(c.page = 1; c.seqused = 0);
@@ -192,16 +162,8 @@ void xv_bwd_paged(xv_list *l) {
 void xv_bwd_layout(xv_list *l) {
   xcase c;
 #define L(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.sq = 40;                                                                 \
-    c.sk = 56;                                                                 \
-    c.hq = 4;                                                                  \
-    c.d = c.dv = 32;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.sq = 40; c.sk = 56; c.hq = 4; c.d = c.dv = 32;    \
+          __VA_ARGS__)
   L(c.layout = TS_BHSD);
   L(c.layout = TS_SBHD; c.pad = 3; c.dt = FA_F16);
   L(c.pad = 16; c.dt = FA_BF16; c.causal = BR);
@@ -216,14 +178,7 @@ void xv_bwd_layout(xv_list *l) {
    backends, with q blocks and key blocks cut at odd places. */
 void xv_fwd_tensor_core(xv_list *l) {
   xcase c;
-#define T(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.d = c.dv = 128;                                                          \
-    c.dt = FA_BF16;                                                            \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+#define T(...) XV_CASE(l, c, c.d = c.dv = 128; c.dt = FA_BF16; __VA_ARGS__)
   // Decode through the d128 decode tile (GQA packed, split-KV).
   T(c.threads = 8; c.sq = 1; c.b = 3; c.hq = 8; c.hkv = 2; c.sk = 1000;
     c.seqused = 1);
@@ -242,16 +197,8 @@ void xv_fwd_tensor_core(xv_list *l) {
 void xv_bwd_tensor_core(xv_list *l) {
   xcase c;
 #define T(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.d = c.dv = 128;                                                          \
-    c.dt = FA_BF16;                                                            \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.d = c.dv = 128; c.dt = FA_BF16; c.hq = 4;         \
+          c.hkv = 2; __VA_ARGS__)
   T(c.sq = 200; c.sk = 300);
   T(c.sq = 200; c.sk = 300; c.causal = BR; c.dt = FA_F16);
   T(c.sq = 300; c.sk = 130; c.causal = TL);
@@ -284,13 +231,7 @@ void xv_bwd_tensor_core(xv_list *l) {
 static void edge_cases(list *l, int bwd) {
   xcase c;
 #define E(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = bwd;                                                               \
-    c.expect = XV_EXPECT_ELEMENTWISE;                                          \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.bwd = bwd; c.expect = XV_EXPECT_ELEMENTWISE; __VA_ARGS__)
   // Logits of +-1e4, exact in fp32 (integer q, k; scale 1).
   for (int g = XV_GEN_LOGITS_POS; g <= XV_GEN_LOGITS_NEG; g++) {
     E(c.gen = g; c.sq = 17; c.sk = 70; c.hq = 2; c.hkv = 1; c.d = c.dv = 16;

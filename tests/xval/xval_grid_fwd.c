@@ -94,15 +94,7 @@ void xv_fwd_masks(xv_list *l) {
 void xv_fwd_features(xv_list *l) {
   xcase c;
 #define F(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.sq = 47;                                                                 \
-    c.sk = 81;                                                                 \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.hq = 4; c.hkv = 2; c.sq = 47; c.sk = 81; __VA_ARGS__)
   // softcap
   F(c.cap = 2.0f);
   F(c.cap = 2.0f; c.causal = BR; c.dt = FA_F16);
@@ -204,18 +196,8 @@ void xv_fwd_layout(xv_list *l) {
 void xv_fwd_varlen(xv_list *l) {
   xcase c;
 #define V(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.varlen = 1;                                                              \
-    c.b = 5;                                                                   \
-    c.sq = 40;                                                                 \
-    c.sk = 70;                                                                 \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.d = c.dv = 48;                                                           \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.varlen = 1; c.b = 5; c.sq = 40; c.sk = 70; c.hq = 4;         \
+          c.hkv = 2; c.d = c.dv = 48; __VA_ARGS__)
   V();
   V(c.causal = BR; c.dt = FA_F16);
   V(c.causal = TL; c.dt = FA_BF16);
@@ -241,18 +223,8 @@ void xv_fwd_varlen(xv_list *l) {
 void xv_fwd_paged(xv_list *l) {
   xcase c;
 #define P(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.page = 16;                                                               \
-    c.seqused = 1;                                                             \
-    c.b = 3;                                                                   \
-    c.sq = 17;                                                                 \
-    c.sk = 129;                                                                \
-    c.hq = 4;                                                                  \
-    c.hkv = 2;                                                                 \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.page = 16; c.seqused = 1; c.b = 3; c.sq = 17; c.sk = 129;    \
+          c.hq = 4; c.hkv = 2; __VA_ARGS__)
   P(c.causal = BR);
   P(c.page = 1);
   P(c.page = 3; c.causal = BR; c.dt = FA_F16);
@@ -276,16 +248,8 @@ void xv_fwd_paged(xv_list *l) {
 void xv_fwd_decode(xv_list *l) {
   xcase c;
 #define D(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.threads = 8;                                                             \
-    c.sq = 1;                                                                  \
-    c.b = 2;                                                                   \
-    c.hq = 8;                                                                  \
-    c.hkv = 2;                                                                 \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+  XV_CASE(l, c, c.threads = 8; c.sq = 1; c.b = 2; c.hq = 8; c.hkv = 2;         \
+          __VA_ARGS__)
   D(c.b = 1; c.sk = 1000; c.hkv = 1; c.d = c.dv = 128);
   D(c.sk = 777; c.dt = FA_F16);
   D(c.b = 4; c.sk = 300; c.hq = c.hkv = 4; c.seqused = 1; c.dt = FA_BF16);
@@ -318,15 +282,7 @@ void xv_fwd_decode(xv_list *l) {
 
 void xv_fwd_plan(xv_list *l) {
   xcase c;
-#define PL(...)                                                                \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.plan = 1;                                                                \
-    c.sq = 65;                                                                 \
-    c.sk = 97;                                                                 \
-    __VA_ARGS__;                                                               \
-    add(l, c);                                                                 \
-  } while (0)
+#define PL(...) XV_CASE(l, c, c.plan = 1; c.sq = 65; c.sk = 97; __VA_ARGS__)
   PL();
   PL(c.causal = BR; c.dt = FA_F16);
   PL(c.varlen = 1; c.b = 4; c.dt = FA_BF16; c.causal = BR);

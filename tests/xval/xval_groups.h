@@ -17,6 +17,16 @@ void xv_add(xv_list *l, xcase c);
 
 /* ---- what the group files share */
 
+/* Append one case to l: the defaults, then the statements given (a group
+   defines its own macro over this one with its presets); c is the
+   caller's xcase. */
+#define XV_CASE(l, c, ...)                                                     \
+  do {                                                                         \
+    (c) = xv_default();                                                        \
+    __VA_ARGS__;                                                               \
+    xv_add((l), (c));                                                          \
+  } while (0)
+
 #define BR FA_CAUSAL_BOTTOM_RIGHT
 #define TL FA_CAUSAL_TOP_LEFT
 

@@ -25,13 +25,7 @@ static const fa_dtype dts[3] = {FA_F32, FA_F16, FA_BF16};
 /* One case: the defaults, compared element by element, then the fields
    given (the enclosing function has l, c and bwd). */
 #define S(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = bwd;                                                               \
-    c.expect = XV_EXPECT_ELEMENTWISE;                                          \
-    __VA_ARGS__;                                                               \
-    xv_add(l, c);                                                              \
-  } while (0)
+  XV_CASE(l, c, c.bwd = bwd; c.expect = XV_EXPECT_ELEMENTWISE; __VA_ARGS__)
 
 static void stress_cases(xv_list *l, int bwd) {
   xcase c;
