@@ -171,7 +171,7 @@ void fa_log(const char *fmt, ...) {
   (void)fprintf(stderr, "flashattn: dispatch: %s\n", line);
 }
 
-static const char *kind_name(fa_backend_kind k) {
+const char *fa_backend_kind_name(fa_backend_kind k) {
   switch (k) {
   case FA_BACKEND_AUTO:
     return "auto";
@@ -253,7 +253,7 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
     }
     if (log_dispatch)
       fa_log("%s=%s ignored: the context asks for kind %s",
-             fa_config_source("FA_BACKEND"), env, kind_name(kind));
+             fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));
   }
 
   // The best usable backend of the kind fixes the memory space; every
@@ -272,8 +272,8 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
                      entries[i].backend->name, entries[i].why);
     }
     return fa_fail(FA_ERR_NO_DEVICE, "no usable %s backend%s%s",
-                   kind_name(kind), why[0] ? ": " : " is compiled in",
-                   why[0] ? why : "");
+                   fa_backend_kind_name(kind),
+                   why[0] ? ": " : " is compiled in", why[0] ? why : "");
   }
   int space = entries[best].backend->memory_space;
   fa_status s = check_device(space, device);

@@ -21,6 +21,8 @@ int fa_registry_size(void);
 const fa_registry_entry *fa_registry_at(int i);
 /* Index of the backend called name, or -1. */
 int fa_registry_find(const char *name);
+/* "auto", "cpu", "cuda", "hip": a backend kind's runtime name. */
+const char *fa_backend_kind_name(fa_backend_kind k);
 
 /* FA_LOG contains "dispatch": print every dispatch decision to stderr. */
 int fa_log_dispatch(void);

@@ -28,6 +28,6 @@ grep -q "cpu-neon" <(ctest --test-dir "$build" -N) ||
   { echo "ci-arm64: no cpu-neon tests were built" >&2; exit 1; }
 # -E longrow: 2^27-key rows take minutes under emulation; the long-row fold
 # is the same kernel-body code on every ISA and runs natively in the x86
-# trees (api.hostile.longrow, stress.longrow).
+# trees (api.hostile.longrow, xval.<cpu backend>.fwd.longrow).
 ctest --test-dir "$build" --output-on-failure -j2 -L 'unit|cpu-neon|api' \
   -E longrow

@@ -110,6 +110,17 @@ UT_UNUSED static void au_expect_fail(const char *file, int line,
   CHECK((got) == FA_OK, "%s: status %s, message \"%s\"", what,                 \
         au_status_name(got), fa_last_error())
 
+// A context bound to backend or kernel `name`; where it cannot be made,
+// the test is skipped (exit 77) with the reason.
+UT_UNUSED static fa_context *au_context_or_skip(const char *name) {
+  fa_context *c = NULL;
+  if (fa_context_create_by_name(&c, name) != FA_OK) {
+    fprintf(stderr, "%s not available (%s): skipping\n", name, fa_last_error());
+    exit(77);
+  }
+  return c;
+}
+
 // ---- host buffers ----------------------------------------------------------
 
 // A buffer with its snapshot, to prove a failing call wrote no byte.

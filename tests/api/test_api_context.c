@@ -267,14 +267,7 @@ static void line_of(const char *text, const char *name, char *out, size_t len) {
 }
 
 static void test_explain(void) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = 16;
-  a.seqlen_k = 64;
-  a.heads_q = 2;
-  a.heads_kv = 1;
-  a.head_dim = 64;
+  fa_attention a = ts_problem(1, 16, 64, 2, 1, 64);
   a.causal = FA_CAUSAL_BOTTOM_RIGHT;
   char buf[4096];
   size_t n = fa_explain(&a, FA_F32, buf, sizeof buf);

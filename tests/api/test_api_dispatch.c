@@ -17,13 +17,7 @@ static fa_status tiny_forward(fa_context *c, int head_dim) {
   enum { N = 2 * 3 * 600 };
   static float q[N], k[N], v[N], o[N], lse[8];
   for (int i = 0; i < N; i++) q[i] = k[i] = v[i] = (float)(i % 7) * 0.1f;
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = 2;
-  a.seqlen_k = 3;
-  a.heads_q = a.heads_kv = 1;
-  a.head_dim = head_dim;
+  fa_attention a = ts_problem(1, 2, 3, 1, 1, head_dim);
   return fa_forward(c, &a, au_bshd(q, 2, 1, head_dim),
                     au_bshd(k, 3, 1, head_dim), au_bshd(v, 3, 1, head_dim),
                     au_bshd(o, 2, 1, head_dim), lse);

@@ -16,12 +16,7 @@ static fa_attention base;
 static fa_tensor tq, tk, tv, to;
 
 static void setup(void) {
-  fa_status s = fa_context_create_by_name(&ctx, "cpu-scalar");
-  if (s != FA_OK) {
-    fprintf(stderr, "cpu-scalar not available (%s): skipping\n",
-            fa_last_error());
-    exit(77);
-  }
+  ctx = au_context_or_skip("cpu-scalar");
   au_alloc(&qb, NQ * sizeof(float));
   au_alloc(&kb, NK * sizeof(float));
   au_alloc(&vb, NK * sizeof(float));
@@ -377,13 +372,7 @@ static void test_unsupported(void) {
   au_fill_uniform(q.p, 2 * BD, -1, 1);
   au_fill_uniform(k.p, 3 * BD, -1, 1);
   au_fill_uniform(v.p, 3 * BD, -1, 1);
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = 2;
-  a.seqlen_k = 3;
-  a.heads_q = a.heads_kv = 1;
-  a.head_dim = BD;
+  fa_attention a = ts_problem(1, 2, 3, 1, 1, BD);
   au_poison(&o, 0xa5);
   au_poison(&l, 0x5a);
   fa_status s =

@@ -25,12 +25,7 @@ static fa_attention base;
 static fa_tensor tq, tk, tv, to, tdo, tdq, tdk, tdv;
 
 static void setup(void) {
-  fa_status s = fa_context_create_by_name(&ctx, "cpu-scalar");
-  if (s != FA_OK) {
-    fprintf(stderr, "cpu-scalar not available (%s): skipping\n",
-            fa_last_error());
-    exit(77);
-  }
+  ctx = au_context_or_skip("cpu-scalar");
   au_buf *all[] = {&qb, &kb, &vb, &ob, &dob, &lb, &dqb, &dkb, &dvb, &dsb};
   const size_t n[] = {NQ, NK, NK, NQ, NQ, NL, NQ, NK, NK, HQ};
   for (int i = 0; i < 10; i++) au_alloc(all[i], n[i] * sizeof(float));
@@ -39,13 +34,7 @@ static void setup(void) {
   au_fill_uniform(vb.p, NK, -1, 1);
   au_fill_uniform(dob.p, NQ, -1, 1);
   for (int h = 0; h < HQ; h++) sinks[h] = 0.25f * (float)h;
-  fa_attention_init(&base);
-  base.batch = B;
-  base.seqlen_q = SQ;
-  base.seqlen_k = SK;
-  base.heads_q = HQ;
-  base.heads_kv = HKV;
-  base.head_dim = D;
+  base = ts_problem(B, SQ, SK, HQ, HKV, D);
   tq = au_bshd(qb.p, SQ, HQ, D);
   tk = au_bshd(kb.p, SK, HKV, D);
   tv = au_bshd(vb.p, SK, HKV, D);
@@ -55,7 +44,7 @@ static void setup(void) {
   tdk = au_bshd(dkb.p, SK, HKV, D);
   tdv = au_bshd(dvb.p, SK, HKV, D);
   // A valid o and lse for the backward's inputs.
-  s = fa_forward(ctx, &base, tq, tk, tv, to, lse_good);
+  fa_status s = fa_forward(ctx, &base, tq, tk, tv, to, lse_good);
   if (s) {
     fprintf(stderr, "base forward failed: %s\n", fa_last_error());
     exit(1);

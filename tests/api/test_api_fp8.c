@@ -80,14 +80,7 @@ static int v_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
   memset(q, one, (size_t)sq * hq * d);
   memset(k, one, sizeof k);
   for (unsigned c = 0; c < 256; c++) v[c] = (uint8_t)c;
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = sq;
-  a.seqlen_k = 1;
-  a.heads_q = hq;
-  a.heads_kv = 1;
-  a.head_dim = d;
+  fa_attention a = ts_problem(1, sq, 1, hq, 1, d);
   a.head_dim_v = dv;
   fa_tensor tq = view(q, f->t, sq, hq, d), tk = view(k, f->t, 1, 1, d),
             tv = view(v, f->t, 1, 1, dv), to = view(o, FA_F32, sq, hq, dv);
@@ -127,14 +120,7 @@ static void k_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
   for (unsigned c = 0; c < 256; c++)
     k[c] = isfinite(code_value(f, c)) ? (uint8_t)c : 0;
   memset(v, code_of(f, 1.0), sizeof v);
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = sq;
-  a.seqlen_k = 1;
-  a.heads_q = hq;
-  a.heads_kv = 1;
-  a.head_dim = d;
+  fa_attention a = ts_problem(1, sq, 1, hq, 1, d);
   a.head_dim_v = 16;
   a.scale = 1.0f;
   fa_tensor tq = view(q, f->t, sq, hq, d), tk = view(k, f->t, 1, 1, d),

@@ -27,18 +27,6 @@
 static fa_context *ctx;
 static const char *backend;
 
-static fa_attention problem(int b, int sq, int sk, int hq, int hkv, int d) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = b;
-  a.seqlen_q = sq;
-  a.seqlen_k = sk;
-  a.heads_q = hq;
-  a.heads_kv = hkv;
-  a.head_dim = d;
-  return a;
-}
-
 static float *alloc_floats(size_t n) {
   float *p = calloc(n ? n : 1, sizeof(float));
   if (!p) {
@@ -69,7 +57,7 @@ static void test_output_holds_array(void) {
                                  "block_table",  "alibi_slopes", "sinks"};
   for (int which = 0; which < 6; which++)
     for (int in_lse = 0; in_lse < 2; in_lse++) {
-      fa_attention a = problem(B, S, S, H, H, D);
+      fa_attention a = ts_problem(B, S, S, H, H, D);
       float *host = in_lse ? lse + 3 : o + 16 + 5; // inside the first row
       int32_t *ints = (int32_t *)host;
       // Valid contents, so that only the overlap is wrong.
@@ -181,7 +169,7 @@ static void test_packed_qkv(void) {
         *lse = alloc_floats(B * H * S), *lse2 = alloc_floats(B * H * S);
   fill(pack, B * S * row4);
   fill(d_o, n);
-  fa_attention a = problem(B, S, S, H, H, D);
+  fa_attention a = ts_problem(B, S, S, H, H, D);
   a.causal = FA_CAUSAL_BOTTOM_RIGHT;
   fa_tensor part[4];
   for (int i = 0; i < 4; i++) {
@@ -249,8 +237,8 @@ static void test_packed_qkv(void) {
 
   // Merge: the two halves' parts and the result interleaved per row,
   // [B, S, 3, H, D]; lse_parts side by side in one array.
-  fa_attention first = problem(B, S, 4, H, H, D),
-               second = problem(B, S, S - 4, H, H, D);
+  fa_attention first = ts_problem(B, S, 4, H, H, D),
+               second = ts_problem(B, S, S - 4, H, H, D);
   float *mbuf = alloc_floats(B * S * row3),
         *lsebuf = alloc_floats(3 * B * H * S);
   fa_tensor mp[3];
@@ -267,7 +255,7 @@ static void test_packed_qkv(void) {
             fa_forward(ctx, &first, part[0], part[1], part[2], mp[0], l0));
   EXPECT_OK("merge part 1",
             fa_forward(ctx, &second, part[0], k2, v2, mp[1], l1));
-  fa_attention all = problem(B, S, S, H, H, D);
+  fa_attention all = ts_problem(B, S, S, H, H, D);
   EXPECT_OK("unmasked forward", fa_forward(ctx, &all, part[0], part[1], part[2],
                                            au_bshd(o, S, H, D), lse2));
   const float *lp[2] = {l0, l1};
@@ -312,7 +300,7 @@ static void test_sinks(void) {
   fill(q, nq);
   fill(k, nk);
   fill(v, nk);
-  fa_attention a = problem(1, sq, sk, hq, 2, D);
+  fa_attention a = ts_problem(1, sq, sk, hq, 2, D);
   a.window_left = 1; // rows 0.. see few keys; with seqused_k below, some none
   a.window_right = 0;
   a.causal = 0;
@@ -393,7 +381,7 @@ static void test_empty(void) {
   // the keys are a real, unread, cache).
   static float kv[2 * 7 * H * D];
   for (int x = 0; x < 2; x++) {
-    fa_attention a = problem(x ? 2 : 0, x ? 0 : 5, 7, H, H, D);
+    fa_attention a = ts_problem(x ? 2 : 0, x ? 0 : 5, 7, H, H, D);
     const fa_tensor keys = x ? au_bshd(kv, 7, H, D) : none;
     snprintf(what, sizeof what, "%s: %s", backend,
              x ? "seqlen_q 0" : "batch 0");
@@ -413,7 +401,7 @@ static void test_empty(void) {
                                     D, none, NULL));
   }
   // A problem that is still wrong is still refused.
-  fa_attention bad = problem(0, 5, 7, H, H, 0);
+  fa_attention bad = ts_problem(0, 5, 7, H, H, 0);
   EXPECT_FAIL("batch 0, head_dim 0",
               fa_forward(ctx, &bad, none, none, none, none, NULL),
               FA_ERR_INVALID_ARGUMENT, "head_dim", "0");
@@ -425,7 +413,7 @@ static void test_empty(void) {
   float sinks[H] = {0.25f, -2.0f, 1.0f};
   for (int with_sinks = 0; with_sinks < 2; with_sinks++)
     for (int causal = 0; causal < 2; causal++) {
-      fa_attention a = problem(2, sq, 0, H, H, D);
+      fa_attention a = ts_problem(2, sq, 0, H, H, D);
       a.causal = causal;
       if (with_sinks) a.sinks = sinks;
       for (size_t i = 0; i < sizeof o / 4; i++) o[i] = NAN;
@@ -466,7 +454,7 @@ static void test_empty(void) {
   float k[2 * sk * H * D], dk[2 * sk * H * D], dv[2 * sk * H * D];
   fill(k, sizeof k / 4);
   for (size_t i = 0; i < sizeof dk / 4; i++) dk[i] = dv[i] = NAN;
-  fa_attention a = problem(2, 0, sk, H, H, D);
+  fa_attention a = ts_problem(2, 0, sk, H, H, D);
   snprintf(what, sizeof what, "%s: backward, seqlen_q 0", backend);
   EXPECT_OK(what, fa_backward(ctx, &a, none, au_bshd(k, sk, H, D),
                               au_bshd(k, sk, H, D), none, none, NULL, none,
@@ -518,7 +506,7 @@ static void test_long_row(int first) {
   for (int threads = SANITIZED ? 2 : 1; threads <= 2; threads++) {
     const int x = SANITIZED ? 1 : threads - 1;
     float q = 0.75f, k = 0.5f, v = values[x], o = NAN, lse = NAN;
-    fa_attention a = problem(1, 1, sk, 1, 1, 1);
+    fa_attention a = ts_problem(1, 1, sk, 1, 1, 1);
     fa_tensor tq = {&q, FA_F32, 1, 1, 1}, tk = {&k, FA_F32, 0, 0, 0},
               tv = {&v, FA_F32, 0, 0, 0}, to = {&o, FA_F32, 1, 1, 1};
     EXPECT_OK("threads", fa_context_set_threads(ctx, threads));

@@ -26,13 +26,7 @@ static int g_sq = 32;
 /* A small dense problem: b1, g_sq queries, 32 keys, h2, head_dim d,
    causal. */
 static fa_attention problem(int d) {
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = g_sq;
-  a.seqlen_k = 32;
-  a.heads_q = a.heads_kv = 2;
-  a.head_dim = d;
+  fa_attention a = ts_problem(1, g_sq, 32, 2, 2, d);
   a.causal = FA_CAUSAL_BOTTOM_RIGHT;
   return a;
 }

@@ -187,14 +187,8 @@ static void test_extreme_valid_problems(void) {
                                 {INT_MAX, 3, 5, 1, 1},
                                 {1, 3, 5, INT_MAX, 1}}; // a 2^31-head group
   for (int i = 0; i < 4; i++) {
-    fa_attention a;
-    fa_attention_init(&a);
-    a.batch = big[i][0];
-    a.seqlen_q = big[i][1];
-    a.seqlen_k = big[i][2];
-    a.heads_q = big[i][3];
-    a.heads_kv = big[i][4];
-    a.head_dim = 128;
+    fa_attention a =
+        ts_problem(big[i][0], big[i][1], big[i][2], big[i][3], big[i][4], 128);
     a.causal = FA_CAUSAL_BOTTOM_RIGHT;
     double t0 = (double)clock() / CLOCKS_PER_SEC;
     char text[2048];
@@ -225,13 +219,7 @@ static void test_paged_int_max(void) {
   enum { MB = 2048 };
   static int32_t table[MB];
   for (int i = 0; i < MB; i++) table[i] = i % 3;
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = 1;
-  a.seqlen_q = 1;
-  a.seqlen_k = INT_MAX;
-  a.heads_q = a.heads_kv = 1;
-  a.head_dim = 64;
+  fa_attention a = ts_problem(1, 1, INT_MAX, 1, 1, 64);
   a.block_table = table;
   a.max_blocks_per_seq = MB;
   a.page_size = 1 << 20;

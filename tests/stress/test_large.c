@@ -25,6 +25,7 @@
 #include "flashattn.h"
 #include "oracle.h"
 #include "tensor.h"
+#include "ts_problem.h"
 
 enum { PS = 16, HKV = 2, HQ = 16, D = 64, B = 2, BLOCKS = 64 };
 #define NUM_PAGES ((1 << 20) + (1 << 18)) /* 1.25 x 2^20 */
@@ -54,14 +55,7 @@ int main(void) {
   table[0][BLOCKS - 1] = NUM_PAGES - 2;
   int32_t used[B] = {BLOCKS * PS, BLOCKS * PS - 5};
 
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = B;
-  a.seqlen_q = 1;
-  a.seqlen_k = BLOCKS * PS;
-  a.heads_q = HQ;
-  a.heads_kv = HKV;
-  a.head_dim = D;
+  fa_attention a = ts_problem(B, 1, BLOCKS * PS, HQ, HKV, D);
   a.block_table = &table[0][0];
   a.max_blocks_per_seq = BLOCKS;
   a.page_size = PS;

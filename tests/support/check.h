@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 // The tests' one check macro: CHECK(cond, "format", args...) counts a
 // check, and a failure prints file, line, the condition and the message
-// (the first 40; UT_VERBOSE=1 prints them all); ut_finish(name) prints the
-// totals and returns the exit code (1 if any check failed). Header-only, so
-// that the API tests, which link nothing but the library, use it too.
+// (the first 40; UT_VERBOSE=1 prints them all); FAIL("format", args...) is
+// a check that failed (for a failure found by other means). The counts are
+// atomic: threads may check at once. ut_finish(name) prints the totals and
+// returns the exit code (1 if any check failed). Header-only, so that the
+// API tests, which link nothing but the library, use it too.
 // Also a small reproducible random number generator for unit tests.
 #ifndef FA_TESTS_CHECK_H
 #define FA_TESTS_CHECK_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,18 +22,17 @@
 #define UT_UNUSED
 #endif
 
-static long ut_failures;
-static long ut_checks;
+static atomic_long ut_failures;
+static atomic_long ut_checks;
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
 static void
 ut_report(const char *file, int line, const char *expr, const char *fmt, ...) {
-  ut_failures++;
   // The first few say enough; UT_VERBOSE=1 prints them all.
-  if (ut_failures > (getenv("UT_VERBOSE") ? 100000 : 40)) return;
-  fprintf(stderr, "%s:%d: FAILED %s: ", file, line, expr);
+  if (++ut_failures > (getenv("UT_VERBOSE") ? 100000 : 40)) return;
+  fprintf(stderr, "%s:%d: FAILED%s%s: ", file, line, *expr ? " " : "", expr);
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -45,13 +47,20 @@ ut_report(const char *file, int line, const char *expr, const char *fmt, ...) {
     if (!(cond)) ut_report(__FILE__, __LINE__, #cond, __VA_ARGS__);            \
   } while (0)
 
+// FAIL("format", args...): a failed check, with what was seen.
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    ut_checks++;                                                               \
+    ut_report(__FILE__, __LINE__, "", __VA_ARGS__);                            \
+  } while (0)
+
 UT_UNUSED static int ut_finish(const char *name) {
   if (ut_failures) {
-    fprintf(stderr, "%s: %ld of %ld checks failed\n", name, ut_failures,
-            ut_checks);
+    fprintf(stderr, "%s: %ld of %ld checks failed\n", name,
+            atomic_load(&ut_failures), atomic_load(&ut_checks));
     return 1;
   }
-  printf("%s: all %ld checks passed\n", name, ut_checks);
+  printf("%s: all %ld checks passed\n", name, atomic_load(&ut_checks));
   return 0;
 }
 

@@ -26,18 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "flashattn.h"
 
 #define MAX_THREADS 64
-
-static atomic_int failures;
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fprintf(stderr, "\n");                                                     \
-    atomic_fetch_add(&failures, 1);                                            \
-  } while (0)
 
 /* ---- a small start barrier (pthread_barrier_t is optional in POSIX) ---- */
 
@@ -135,7 +127,7 @@ static int run_init(int nt) {
     printf("SKIP: no usable backend\n");
     return 77;
   }
-  return atomic_load(&failures) ? 1 : 0;
+  return (int)atomic_load(&ut_failures) ? 1 : 0;
 }
 
 /* ---- contexts: concurrent independent work ----------------------------------
@@ -314,9 +306,9 @@ static int run_contexts(int nt, int omp) {
          "context, backends:",
          nt, w[0].iters, omp);
   for (int i = 0; i < ncpu; i++) printf(" %s", cpu[i]);
-  printf("; %d failures\n", atomic_load(&failures));
+  printf("; %d failures\n", (int)atomic_load(&ut_failures));
   free(w);
-  return atomic_load(&failures) ? 1 : 0;
+  return (int)atomic_load(&ut_failures) ? 1 : 0;
 }
 
 int main(int argc, char **argv) {

@@ -20,7 +20,12 @@ enum {
   XV_GEN_EQUAL,      /* q = 0: every score 0, O the mean of the visible v */
   XV_GEN_NAN_Q,      /* N(0, 1) with one NaN in q (row sq/2 of sequence 0) */
   XV_GEN_NAN_K,      /* ... in k (key sk/3 of sequence 0) */
-  XV_GEN_NAN_V       /* ... in v (key sk/3 of sequence 0) */
+  XV_GEN_NAN_V,      /* ... in v (key sk/3 of sequence 0) */
+  XV_GEN_NAN_DO,     /* ... in dO (row sq/2 of sequence 0; backward) */
+  XV_GEN_INF_Q       /* N(0, 1) with k > 0 in dimension 0, and q's
+                        dimension 0 -inf in row sq/2 of head 0 (every score
+                        of that row -inf: NaN, unlike a row with no key) and
+                        +inf in row sq/3 of the last head (NaN) */
 };
 
 /* What a case's result must satisfy (xcase.expect). */
@@ -35,6 +40,9 @@ enum {
                            the oracle's is, except where flashattn.h lets
                            a tensor-core kernel spread a NaN of v over its
                            tile */
+  ,
+  XV_EXPECT_EXACT /* XV_EXPECT_ELEMENTWISE, and o equal to the oracle's
+                     bit for bit (every row sees one key: O = v) */
 };
 
 typedef struct xcase {
@@ -96,8 +104,11 @@ static inline fa_dtype xv_out_dtype(const xcase *c) {
    d64 dv64, no mask, bshd, dense. */
 xcase xv_default(void);
 
-/* Names of every group, NULL-terminated. */
-extern const char *const xv_groups[];
+/* The most cases a group may have (the runner's case array). */
+#define XV_MAX_CASES 1024
+
+/* The name of group i (0, 1, ...), NULL past the last. */
+const char *xv_group_name(int i);
 
 /* Fill up to max cases of group `name`; returns the number of cases, or -1
    if the group does not exist. */

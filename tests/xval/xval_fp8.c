@@ -8,20 +8,11 @@
 #include "xval.h"
 #include "xval_groups.h"
 
-#define BR FA_CAUSAL_BOTTOM_RIGHT
-#define TL FA_CAUSAL_TOP_LEFT
 #define OUT(t) ((t) + 1)
 
 void xv_fwd_fp8(xv_list *l) {
   xcase c;
-#define F(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.dt = FA_E4M3;                                                            \
-    c.out = OUT(FA_F32);                                                       \
-    __VA_ARGS__;                                                               \
-    xv_add(l, c);                                                              \
-  } while (0)
+#define F(...) XV_CASE(l, c, c.dt = FA_E4M3; c.out = OUT(FA_F32); __VA_ARGS__)
   F();
   F(c.out = OUT(FA_BF16); c.descale = 1; c.causal = BR; c.hq = 4);
   F(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.descale = 2; c.sq = 65; c.sk = 97;
@@ -48,21 +39,9 @@ void xv_fwd_fp8(xv_list *l) {
 void xv_fwd_fp8_decode(xv_list *l) {
   xcase c;
 #define D(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.dt = FA_E4M3;                                                            \
-    c.out = OUT(FA_BF16);                                                      \
-    c.threads = 8;                                                             \
-    c.sq = 1;                                                                  \
-    c.b = 3;                                                                   \
-    c.hq = 8;                                                                  \
-    c.hkv = 2;                                                                 \
-    c.page = 16;                                                               \
-    c.seqused = 1;                                                             \
-    c.descale = 2;                                                             \
-    __VA_ARGS__;                                                               \
-    xv_add(l, c);                                                              \
-  } while (0)
+  XV_CASE(l, c, c.dt = FA_E4M3; c.out = OUT(FA_BF16); c.threads = 8; c.sq = 1; \
+          c.b = 3; c.hq = 8; c.hkv = 2; c.page = 16; c.seqused = 1;            \
+          c.descale = 2; __VA_ARGS__)
   D(c.sk = 1000);
   D(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.page = 3; c.sk = 777; c.descale = 1);
   D(c.out = OUT(FA_F32); c.page = 1; c.d = c.dv = 128; c.hkv = 1; c.sk = 500);
@@ -85,18 +64,8 @@ void xv_fwd_fp8_decode(xv_list *l) {
 void xv_bwd_fp8(xv_list *l) {
   xcase c;
 #define B(...)                                                                 \
-  do {                                                                         \
-    c = xv_default();                                                          \
-    c.bwd = 1;                                                                 \
-    c.dt = FA_E4M3;                                                            \
-    c.out = OUT(FA_F32);                                                       \
-    c.sq = 40;                                                                 \
-    c.sk = 56;                                                                 \
-    c.d = c.dv = 32;                                                           \
-    c.descale = 1;                                                             \
-    __VA_ARGS__;                                                               \
-    xv_add(l, c);                                                              \
-  } while (0)
+  XV_CASE(l, c, c.bwd = 1; c.dt = FA_E4M3; c.out = OUT(FA_F32); c.sq = 40;     \
+          c.sk = 56; c.d = c.dv = 32; c.descale = 1; __VA_ARGS__)
   B();
   B(c.out = OUT(FA_BF16); c.causal = BR; c.hq = 4; c.descale = 2);
   B(c.dt = FA_E5M2; c.out = OUT(FA_F16); c.page = 7; c.seqused = 1; c.b = 3;

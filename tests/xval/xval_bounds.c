@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+// The error bounds a case's result must meet against the float64 oracle,
+// and why each number is what it is (XV_EXPECT_RULE).
+#include <math.h>
+
+#include "xval_run.h"
+
+/* ---- error bounds ----------------------------------------------------------
+ */
+
+/* Forward bound on the relative Frobenius error of O.
+   f32: 1e-5. The library accumulates in fp32: every output element is a
+   convex combination of v rows computed with fp32 sums of at most ~2k terms,
+   whose relative error grows like sqrt(n) * 2^-24 ~ 3e-6 for n = 2048 in the
+   worst case we run (measured: 1e-7..6e-7 on this grid); an indexing or
+   masking bug gives errors of 1e-2 and up.
+   f16/bf16: 2 x err(naive same-precision attention) + 1e-3. The naive
+   attention rounds P and O to the storage type, so its error (measured
+   ~0.6 unit roundoff: f16 ~3e-4, bf16 ~2.4e-3) is the unavoidable cost of
+   that type; the library may be at most twice as bad. The floor covers
+   cases where the naive result happens to be exact or nearly so (e.g. most
+   rows see one key, so O = v bit for bit) while a library legitimately
+   differs by its own final rounding of O: 1e-3 is ~2 f16 unit roundoffs
+   (2^-11 ~ 4.9e-4) and below the rms error of one bf16 rounding (~1.6e-3),
+   so no real bug (errors of 1e-2 and up) fits under it. The same bounds
+   apply to the max-abs metric (measured worst: 0.25 of the bound for f32,
+   0.45 for f16/bf16 over 25 seeds x 3 backends). */
+double xv_fwd_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 1e-5;
+  return 2.0 * naive_err + 1e-3;
+}
+
+/* LSE is fp32 for every dtype and depends only on the scores, which are
+   exact products of storage values summed in fp32: 1e-5 (relative to
+   max(|lse|, 1), see ts_lse_err; measured ~5e-8). For f16/bf16 the naive
+   rule is added in case a backend computes scores from rounded
+   intermediates. */
+double xv_lse_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 1e-5;
+  return 2.0 * naive_err + 1e-5;
+}
+
+/* Backward bound on the errors of dq, dk, dv, which are normalised by the
+   gradient magnitudes of fa_oracle_backward_magnitude() (the sums with every
+   term replaced by its absolute value, before D = rowsum(dO * O) cancels
+   against dP), not by |ref|: ||got - ref|| / ||mag|| and
+   max|got - ref| / max(mag). A floating-point sum is accurate to ~n u
+   relative to the sum of its terms' magnitudes, whatever the cancellation;
+   relative to |ref| it is not, and |ref| is exactly 0 when every row sees
+   one key (dS = P (dP - D) = 0) while a correct kernel returns rounding
+   noise that grows with the rows summed (measured 1.4e-5 absolute for dk
+   over 300 rows on a GPU kernel).
+   f32: 2e-5 (measured worst 0.065 of it over 10 seeds x 3 CPU backends;
+   a wrong term is off by O(1)).
+   f16/bf16: 2 x err(naive same-precision backward, which rounds P, dS, O
+   and the gradients to the storage type; measured ~0.3 unit roundoff)
+   + the forward's floor of 1e-3, for the same reason (measured worst 0.63
+   of the bound, bf16 max metric, over 10 seeds x 3 backends). */
+double xv_bwd_bound(fa_dtype t, double naive_err) {
+  if (t == FA_F32) return 2e-5;
+  return 2.0 * naive_err + 1e-3;
+}
+
+/* The naive same-precision result must itself agree with the oracle to a
+   few unit roundoffs (it does, at ~0.6 u): if it does not, the two
+   references disagree on semantics and the 2x rule would be vacuous. 16 u
+   (f16 7.8e-3, bf16 6.3e-2) is far above any rounding effect and far below
+   any semantic difference (1e-1 and up). */
+int xv_naive_sane(fa_dtype t, double naive_err) {
+  return t == FA_F32 || naive_err <= 16.0 * ts_unit_roundoff(t);
+}
+
+/* The dtype whose rules bound a case whose inputs are in and outputs out:
+   f32 when both are, else the less precise one (a kernel may round P and
+   dS, operands of its products, to a 16-bit input dtype, as tensor cores
+   and vdpbf16ps do, and its results to a 16-bit output dtype). */
+fa_dtype xv_bound_dtype(fa_dtype in, fa_dtype out) {
+  // FP8 inputs are decoded exactly (and their products formed in fp32
+  // from the decoded values): only the output rounds.
+  if (in == FA_F32 || in == FA_E4M3 || in == FA_E5M2) return out;
+  if (out == FA_F32) return in;
+  return ts_unit_roundoff(in) >= ts_unit_roundoff(out) ? in : out;
+}
+
+/* dsinks against the float64 oracle: |got - ref| relative to the sum of
+   its terms' magnitudes (fa_oracle_dsinks), which a correct fp32 sum meets
+   to ~n u; the library's D = dO . O uses its own O, rounded to the output
+   dtype, which costs up to a few of that dtype's unit roundoffs: f32 2e-5,
+   16-bit 4 u + 1e-3 (a wrong sign or a missing row is off by O(1)). */
+double xv_dsinks_bound(fa_dtype t) {
+  return t == FA_F32 ? 2e-5 : 4.0 * ts_unit_roundoff(t) + 1e-3;
+}

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: MIT
+// Expectation modes XV_EXPECT_ELEMENTWISE and XV_EXPECT_EXACT: every
+// element of o, lse and the gradients within the forward/backward error
+// analysis of tests/fuzz/fz_tol.h, NaN exactly where the oracle has one.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fz_tol.h"
+#include "xval_run.h"
+
+/* 1 if the kernel that runs s's forward multiplies whole tiles of P by V
+   (flashattn.h: a NaN or inf in a V row may then reach the rows of its
+   tile that cannot see that key): the GPU tensor-core kernels. */
+static int tile_kernel(xs *s) {
+  fa_plan *plan = NULL;
+  char text[512] = "";
+  if (fa_plan_create(s->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, &plan))
+    return 0;
+  fa_plan_describe(plan, text, sizeof text);
+  fa_plan_destroy(plan);
+  return strstr(text, "kernel=cuda.sm80.") ||
+         strstr(text, "kernel=cuda.sm90.") || strstr(text, "kernel=hip.cdna.");
+}
+
+/* XV_EXPECT_ELEMENTWISE: o (already extracted to ogot) and lse element by
+   element within fz_fwd_tol's bounds; empty rows exact. XV_EXPECT_EXACT:
+   also o == the oracle's, element by element. */
+int xv_check_elementwise(xs *s, const double *oref, const double *lref,
+                         const double *ogot, double *lgot, char *res, size_t rn,
+                         msgbuf *m) {
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *otol = malloc(sizeof(double) * no);
+  double *ltol = malloc(sizeof(double) * nl);
+  if (!otol || !ltol ||
+      fz_fwd_tol(a, s->q.t, s->k.t, s->v.t, oref, lref, otol, ltol)) {
+    xv_msg(m, "out of memory");
+  } else {
+    // fz_compare's leak_ok bit 1: a NaN where the oracle's O is finite.
+    const int leak = c->gen == XV_GEN_NAN_V && tile_kernel(s) ? 1 : 0;
+    size_t bad =
+        fz_compare("o", s->dto, oref, ogot, otol, no, leak, stdout, NULL, NULL);
+    if (bad) xv_msg(m, "o: %zu elements outside the fz_tol.h bounds", bad);
+    if (!c->no_lse) {
+      xv_extract_lse(s, lgot);
+      if (xv_nan_role(c->gen) < 0) xv_check_finite(lref, lgot, nl, "lse", m);
+      bad = fz_compare("lse", FA_F32, lref, lgot, ltol, nl, 0, stdout, NULL,
+                       NULL);
+      if (bad) xv_msg(m, "lse: %zu elements outside the fz_tol.h bounds", bad);
+    }
+    xv_check_empty_rows(s, ogot, c->no_lse ? NULL : lgot, m);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; c->expect == XV_EXPECT_EXACT && i < no; i++)
+      if (ogot[i] != oref[i] && differ++ == 0) first = i;
+    if (differ)
+      xv_msg(m,
+             "o: %zu elements differ from the oracle's exact result (first "
+             "flat index %zu: got %.9g, expected %.9g)",
+             differ, first, ogot[first], oref[first]);
+    snprintf(res, rn, "every element within the fz_tol.h bounds%s",
+             c->expect == XV_EXPECT_EXACT ? ", o exact" : "");
+  }
+  free(otol);
+  free(ltol);
+  return m->count ? R_FAIL : R_PASS;
+}
+
+/* XV_EXPECT_ELEMENTWISE for the backward: every gradient element (got,
+   extracted) within fz_bwd_tol's bounds around the oracle's (ref), which
+   carry the forward's own bounds into dP, D and dS. */
+int xv_check_bwd_elementwise(xs *s, double *const ref[3], double *const got[3],
+                             const size_t cnt[3], char *res, size_t rn,
+                             msgbuf *m) {
+  static const char *names[3] = {"dq", "dk", "dv"};
+  const xcase *c = s->c;
+  const fa_attention *a = &s->a;
+  size_t no = (size_t)a->batch * a->seqlen_q * a->heads_q * c->dv;
+  size_t nl = (size_t)a->batch * a->heads_q * a->seqlen_q;
+  double *oref = malloc(sizeof(double) * no),
+         *otol = malloc(sizeof(double) * no);
+  double *lref = malloc(sizeof(double) * nl),
+         *ltol = malloc(sizeof(double) * nl);
+  double *tol[3] = {malloc(sizeof(double) * cnt[0]),
+                    malloc(sizeof(double) * cnt[1]),
+                    malloc(sizeof(double) * cnt[2])};
+  if (!oref || !otol || !lref || !ltol || !tol[0] || !tol[1] || !tol[2] ||
+      fa_oracle_forward(a, s->q.t, s->k.t, s->v.t, oref, lref) ||
+      fz_fwd_tol(a, s->q.t, s->k.t, s->v.t, oref, lref, otol, ltol) ||
+      fz_bwd_tol(a, s->q.t, s->k.t, s->v.t, s->d_o.t, oref, lref, otol, ltol,
+                 ref[0], ref[1], ref[2], tol[0], tol[1], tol[2])) {
+    xv_msg(m, "out of memory");
+  } else {
+    for (int i = 0; i < 3; i++) {
+      // (fz_compare checks NaN placement exactly where an input has one)
+      if (xv_nan_role(c->gen) < 0)
+        xv_check_finite(ref[i], got[i], cnt[i], names[i], m);
+      size_t bad = fz_compare(names[i], s->dto, ref[i], got[i], tol[i], cnt[i],
+                              0, stdout, NULL, NULL);
+      if (bad)
+        xv_msg(m, "%s: %zu elements outside the fz_tol.h bounds", names[i],
+               bad);
+    }
+    snprintf(res, rn, "every gradient element within the fz_tol.h bounds");
+  }
+  free(oref);
+  free(otol);
+  free(lref);
+  free(ltol);
+  for (int i = 0; i < 3; i++) free(tol[i]);
+  return m->count ? R_FAIL : R_PASS;
+}
