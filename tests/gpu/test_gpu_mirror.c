@@ -9,7 +9,7 @@
 // ones (explicit positions included), planned with the CUDA and the HIP
 // module's planner inputs. Device arrays the core did not check: the
 // helpers' clamps keep every row, length and page inside the tensors and
-// the pool. Also the CUDA module's sm80 plans (cuda_tiles.c) against its
+// the pool. Also the CUDA module's sm80 plans (sm80_tiles.c) against its
 // tile table, and every row's shared memory (stage alignment, an A100 fits
 // it, decode tiles run 2 CTAs per sm90 SM).
 // No GPU needed; labels cuda, hip, unit.
@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "sm80_tiles.h"
+#include "sm90_tiles.h"
 #include "gpu_host.h"
 #include "gpu_semantics.h"
 #include "plan.h"
@@ -39,7 +41,7 @@ static int failures;
     }                                                                          \
   } while (0)
 
-/* The modules' planner inputs: CUDA's (cuda_tiles.c, cuda.generic's
+/* The modules' planner inputs: CUDA's (sm80_tiles.c, cuda.generic's
    blocks) on an H100-sized GPU, HIP's (hip_backend.c) on an MI300X, and a
    small budget that makes the planner split the keys. */
 static fa_caps module_caps(int which, int pack) {
@@ -361,7 +363,7 @@ static void check_clamps(ts_rng *r) {
   }
 }
 
-/* The sm80 plans (cuda_tiles.c): the tile's blocks, the core's counts. */
+/* The sm80 plans (sm80_tiles.c): the tile's blocks, the core's counts. */
 static void check_tiles(void) {
   for (int decode = 0; decode < 2; decode++)
     for (int i = 0; i < (decode ? fa_cuda_num_decode_tiles : fa_cuda_num_tiles);

@@ -28,10 +28,13 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "cuda_internal.h"
 #include "gpu_semantics.h"
 
 namespace fa_sm80 {
+
+using namespace fa_cuda; // PTX helpers (backends/cuda/common)
 
 /* ---- the tile table as template arguments ------------------------------- */
 
@@ -51,10 +54,6 @@ template <int D, int V> struct tile;
 
 /* ---- PTX wrappers ---------------------------------------------------------
  */
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing. */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
@@ -93,11 +92,6 @@ template <> struct ops<__nv_bfloat16> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  // lo -> lower 16 bits (the lower column index), hi -> upper.
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
 };
 template <> struct ops<__half> {
   static __device__ __forceinline__ void
@@ -107,21 +101,7 @@ template <> struct ops<__half> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
 };
-
-/* 2^x (MUFU.EX2); 2^-inf = +0. */
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-constexpr float kLog2e = 1.4426950408889634f; // log2(e)
-constexpr float kLn2 = 0.6931471805599453f;   // ln(2) = 1 / log2(e)
 
 /* ---- shared-memory layout --------------------------------------------------
    Rows of PITCH 16-bit elements in 16-byte chunks. When the row is a
@@ -239,7 +219,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_gpu_shift(&p, sq, sk);
 
-  const uint32_t sbase = smem_addr(smem_raw);
+  const uint32_t sbase = smem_u32(smem_raw);
 
   // ---- global -> shared copies (rows past the sequence become zeros, so
   // P = 0 never meets a NaN of V) ----
@@ -494,10 +474,10 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       uint32_t a[MT][4];
 #pragma unroll
       for (int mi = 0; mi < MT; mi++) {
-        a[mi][0] = ops<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-        a[mi][1] = ops<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-        a[mi][2] = ops<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-        a[mi][3] = ops<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        a[mi][0] = pack2<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = pack2<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = pack2<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = pack2<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int np = 0; np < D / 16; np++) {
@@ -535,7 +515,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 #pragma unroll
         for (int n = 0; n < ND; n++)
           *reinterpret_cast<uint32_t *>(dst + n * 8) =
-              ops<T>::pack(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
+              pack2<T>(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
         if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
       } else {
         const int64_t at = w * BQ + r;
