@@ -5,6 +5,7 @@
 #ifndef FA_CUDA_COMMON_DQ_STORE_CUH
 #define FA_CUDA_COMMON_DQ_STORE_CUH
 
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "common/ptx.cuh"
@@ -29,6 +30,18 @@ __global__ void __launch_bounds__(256)
       dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
   T *dst = (T *)p.dq.data + fa_gpu_q_offset(&p, &p.dq, b, i, h) + d;
   *reinterpret_cast<uint32_t *>(dst) = pack2<T>(src[0], src[1]);
+}
+
+/* Launches bwd_dq_store over every (row, head, column pair) after the key
+   blocks' reductions (an empty problem launches nothing); returns the
+   cudaError_t of the launch. */
+template <typename T, int D>
+int launch_dq_store(const fa_gpu_params *p, const float *dq_acc,
+                    cudaStream_t s) {
+  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
+  if (n > 0)
+    bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
+  return (int)cudaGetLastError();
 }
 
 } // namespace fa_cuda

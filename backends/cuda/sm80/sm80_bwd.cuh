@@ -305,11 +305,7 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
   if (ctas > 0)
     bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
-  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
-  if (n > 0)
-    fa_cuda::bwd_dq_store<T, D>
-        <<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
-  return (int)cudaGetLastError();
+  return fa_cuda::launch_dq_store<T, D>(p, dq_acc, s);
 }
 
 } // namespace fa_sm80

@@ -63,6 +63,7 @@
 #include "flashattn.h"
 #include "gpu_semantics.h"
 #include "sm90_wgmma.h"
+#include "softmax.h"
 
 namespace fa_sm90 {
 
@@ -319,26 +320,27 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
+        // The core's step (fa_softmax_step) in the exp2 domain, on this
+        // thread's fragment of the row, with the max NaN-sticky.
         float m = mrow[hr];
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
-          m = fmaxf(m, fmaxf(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
-        m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
-        const float ref = m == -INFINITY ? 0.0f : m * mul;
-        // Exactly 1 while the maximum stands: mrow * mul - ref contracts
-        // to an FMA whose result is the rounding error of ref, not 0, and
-        // 2^that, applied at every block, drifted l and O by ~1e-7 per
-        // block (LSE off by 2e-5 after 2^20 keys; cuda.large).
-        alpha[hr] = m == mrow[hr] ? 1.0f : ex2(mrow[hr] * mul - ref);
-        mrow[hr] = m;
+          m = fa_max_nan(
+              m, fa_max_nan(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
+        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
+        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
+        float ref;
+        const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref);
+        // Exactly 1 while the maximum stands (ex2.approx need not give 1
+        // at 0): no drift of l and O block after block.
+        alpha[hr] = ae == 0.0f ? 1.0f : ex2(ae);
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             float &v = sc[4 * j + 2 * hr + e];
-            v = ex2(fmaf(v, mul, -ref));
+            v = ex2(fa_softmax_exponent(v, mul, ref));
             sum += v;
           }
         lrow[hr] = lrow[hr] * alpha[hr] + sum;
@@ -485,10 +487,11 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       const int r = rbase + 8 * hr;
       if (r >= nrows) continue;
       const int i = t.row0 + r;
+      // The row's reference (fa_softmax_step's) in natural units.
       const float m_nat =
-          mrow[hr] == -INFINITY ? -INFINITY : mrow[hr] * mul * kLn2;
+          mrow[hr] == -INFINITY ? -INFINITY : fa_mul_rn(mrow[hr], mul) * kLn2;
       float lse;
-      const float f = fa_gpu_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
+      const float f = fa_softmax_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
       T *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NO; n++)
