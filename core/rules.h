@@ -32,8 +32,8 @@ static inline FA_HD void fa_window_keys(int64_t diag, int window_left,
    (softcap > 0), then ALiBi (slopes != NULL: slope of head h times the
    distance |i + shift - j|). */
 static inline FA_HD float fa_transform_score(float s, float softcap,
-                                             const float *slopes, int h,
-                                             int i, int j, int64_t shift) {
+                                             const float *slopes, int h, int i,
+                                             int j, int64_t shift) {
   if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
   if (slopes) {
     int64_t d = (int64_t)i + shift - j;

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
-// backends/gpu/gpu_semantics.h -- the device copy of the core's semantics
-// that every kernel of the CUDA and HIP modules uses -- against the core,
-// compiled as plain C on the host, with fa_gpu_params filled by the modules'
-// own host code (backends/gpu/gpu_host.h): lengths, visible keys and their
-// exact inverse, row offsets (dense, varlen, seqused_k, paged), the score
-// transform, kv blocks, split ranges, the work order, the softmax merge and
-// finalisation. Problems: a fixed grid (every mask x layout) and random
-// ones (explicit positions included), planned with the CUDA and the HIP
-// module's planner inputs. Device arrays the core did not check: the
-// helpers' clamps keep every row, length and page inside the tensors and
-// the pool. Also the CUDA module's sm80 plans (sm80_tiles.c) against its
+// backends/gpu/gpu_semantics.h -- the device view of the problem every
+// kernel of the CUDA and HIP modules reads: device arrays, and the core's
+// rules (core/rules.h) called with fa_gpu_params -- against the core's
+// helpers, compiled as plain C on the host, with fa_gpu_params filled by the
+// modules' own host code (backends/gpu/gpu_host.h): lengths, visible keys
+// and their exact inverse, row offsets (dense, varlen, seqused_k, paged),
+// the score transform, kv blocks, split ranges, the work order (the softmax
+// is the core's own: tests/unit/test_softmax.c). Problems: a fixed grid (every
+// mask x layout) and random ones (explicit positions included), planned with
+// the CUDA and the HIP module's planner inputs. Device arrays the core did not
+// check: the helpers' clamps keep every row, length and page inside the tensors
+// and the pool. Also the CUDA module's sm80 plans (sm80_tiles.c) against its
 // tile table, and every row's shared memory (stage alignment, an A100 fits
 // it, decode tiles run 2 CTAs per sm90 SM).
 // No GPU needed; labels cuda, hip, unit.
