@@ -134,45 +134,21 @@ int64_t fa_plan_shift(const fa_problem *p) {
 void fa_plan_kv_blocks(const fa_problem *p, const fa_plan_data *plan,
                        int64_t shift, int sq, int sk, int qb, int *kb_begin,
                        int *kb_end) {
-  int r0 = qb * plan->block_rows;
-  int r1 = (int64_t)r0 + plan->block_rows < sq ? r0 + plan->block_rows : sq;
-  *kb_begin = *kb_end = 0;
-  if (r0 >= r1 || sk <= 0) return;
-  // Both window edges move right by one key per row, so the keys the rows
-  // of a block see form one interval: first row's lower edge to the last
-  // row's upper edge (rows clipped empty lie only at the block's ends).
-  int lo, hi_first, lo_last, hi;
-  fa_visible_keys(p, shift, r0, sk, &lo, &hi_first);
-  fa_visible_keys(p, shift, r1 - 1, sk, &lo_last, &hi);
-  if (hi <= lo) return;
-  *kb_begin = lo / plan->block_k;
-  *kb_end = (int)(((int64_t)hi + plan->block_k - 1) / plan->block_k);
+  fa_kv_block_range(qb, plan->block_rows, plan->block_k, sq, sk, shift,
+                    p->a.window_left, p->a.window_right, kb_begin, kb_end);
 }
 
 void fa_plan_split_range(int begin, int end, int num_splits, int split,
                          int *s_begin, int *s_end) {
-  int n = end > begin ? end - begin : 0;
-  int base = n / num_splits, extra = n % num_splits;
-  // The first `extra` splits take one block more.
-  int start = begin + split * base + (split < extra ? split : extra);
-  *s_begin = start;
-  *s_end = start + base + (split < extra ? 1 : 0);
+  fa_split_range(begin, end, num_splits, split, s_begin, s_end);
 }
 
 void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan, int64_t w,
                        int *b, int *h, int *qb, int *split) {
-  const int units = p->a.heads_q / plan->pack_group;
-  int64_t bh_count = (int64_t)p->a.batch * units;
-  *split = (int)(w % plan->num_splits);
-  int64_t r = w / plan->num_splits;
-  int64_t bh = r % bh_count;
-  int qi = (int)(r / bh_count);
-  // Causal (and left-unbounded windows): later q blocks see more keys, so
-  // hand them out first and let the short ones fill the gaps at the end.
-  int grows = p->a.window_left < 0 && p->a.window_right >= 0;
-  *qb = grows ? plan->num_q_blocks - 1 - qi : qi;
-  *h = (int)(bh % units) * plan->pack_group;
-  *b = (int)(bh / units);
+  fa_work_item_of(w, p->a.batch, p->a.heads_q, plan->pack_group,
+                  plan->num_q_blocks, plan->num_splits,
+                  fa_window_grows(p->a.window_left, p->a.window_right), b, h,
+                  qb, split);
 }
 
 size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len) {

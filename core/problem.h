@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "flashattn.h"
+#include "rules.h" // the scalar rules below, shared with device code
 
 typedef struct fa_problem {
   fa_attention a;     // the caller's problem, defaults resolved:
@@ -114,15 +115,8 @@ static inline int64_t fa_diag_shift(const fa_problem *p, int b, int sq,
    when *lo >= *hi. In 64 bits: windows near INT_MAX cannot overflow. */
 static inline void fa_visible_keys(const fa_problem *p, int64_t shift, int i,
                                    int sk, int *lo, int *hi) {
-  int64_t diag = (int64_t)i + shift;
-  int64_t l = p->a.window_left < 0 ? 0 : diag - p->a.window_left;
-  int64_t h = p->a.window_right < 0 ? sk : diag + p->a.window_right + 1;
-  if (l < 0) l = 0;
-  if (l > sk) l = sk;
-  if (h > sk) h = sk;
-  if (h < l) h = l;
-  *lo = (int)l;
-  *hi = (int)h;
+  fa_window_keys((int64_t)i + shift, p->a.window_left, p->a.window_right, sk,
+                 lo, hi);
 }
 
 /* Element offset of row i, head h, of q-like tensors (q, o, do, dq). */
@@ -153,12 +147,7 @@ static inline int64_t fa_k_offset(const fa_problem *p, const fa_tensor *t,
    the caller's job (via fa_visible_keys). s is scale * q.k. */
 static inline float fa_score_transform(const fa_problem *p, float s, int h,
                                        int i, int j, int64_t shift) {
-  if (p->a.softcap > 0.0f) s = p->a.softcap * tanhf(s / p->a.softcap);
-  if (p->a.alibi_slopes) {
-    int64_t d = (int64_t)i + shift - j;
-    s -= p->a.alibi_slopes[h] * (float)(d < 0 ? -d : d);
-  }
-  return s;
+  return fa_transform_score(s, p->a.softcap, p->a.alibi_slopes, h, i, j, shift);
 }
 
 #endif

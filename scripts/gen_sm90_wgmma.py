@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Writes backends/cuda/sm90_wgmma.h: inline-PTX wrappers of the wgmma
+"""Writes backends/cuda/sm90/sm90_wgmma.h: inline-PTX wrappers of the wgmma
 shapes the sm90 forward and backward use. wgmma names every accumulator register in
 its operand list (N/2 of them per thread for m64nN), which is tedious and
 error-prone by hand, so this script spells them out.
 
-Usage: python3 scripts/gen_sm90_wgmma.py > backends/cuda/sm90_wgmma.h
+Usage: python3 scripts/gen_sm90_wgmma.py > backends/cuda/sm90/sm90_wgmma.h
 """
 
 SHAPES = (64, 128)

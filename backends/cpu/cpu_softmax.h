@@ -9,7 +9,8 @@
    reference the exps subtract; after the exps, column_done folds their sum
    into l and leaves m and the rescale factor alpha (in mu). online_softmax
    below, and a tile step that packs P as it exponentiates, are these two
-   around an exp pass. */
+   around an exp pass. They are fa_softmax_step's rules (core/softmax.h) on
+   FA_VW lanes at once, which the scalar helper cannot be. */
 static fa_vf column_ref(const float *s, int bq, const float *m, int nc, int r,
                         fa_vf *mx) {
   // Four independent maxima: the NaN-sticky max is a longer dependency

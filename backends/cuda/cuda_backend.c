@@ -30,20 +30,11 @@
 // per-sequence positions, the accumulating backward, dsinks), and takes
 // explicit positions given as one offset (q_position, k_position).
 //
-// Kernels (dispatch takes the highest score among those that accept):
-//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
-//       TMA, warp specialisation), head_dim == head_dim_v, not paged,
-//       tensors the copy engine can address; d64/d128 also the backward
-//       (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score 30;
-//       10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
-//       blocks than SMs): the sm80 tiles pack GQA heads and split the keys.
-//   cuda.sm80.<bf16|f16>.d<64|96|128|192|256>  tensor-core forward
-//       (sm80_fwd.cuh, tile table sm80_tiles.def), head_dim == head_dim_v,
-//       16-byte aligned tensors; d64/d128 also the backward (sm80_bwd.cuh:
-//       dQ through fp32 atomics; not paged, no softcap/ALiBi). Score 20.
-//   cuda.sm80.<bf16|f16>.d<64|128>.decode  the same kernel with the decode
-//       tile (32 lanes): score 25 when the whole q block of a (sequence,
-//       kv head) fits its lanes, else 1. Forward only.
+// Kernels (dispatch takes the highest score among those that accept),
+// each arch's glue beside its kernels:
+//   cuda.sm90.*          sm90/sm90_host.h (score 30, or 10: see there)
+//   cuda.sm80.*.decode   sm80/sm80_host.h (25 when the decode tile fits)
+//   cuda.sm80.*          sm80/sm80_host.h (20)
 //   cuda.generic  every problem with head dims <= 256, forward and backward
 //       (backends/gpu/generic_kernels.h, the same source as the HIP
 //       module's hip.generic; fixed summation order, no atomics). Score 0.
@@ -67,7 +58,7 @@
 
 #define BACKEND_NAME FA_GPU_BACKEND_NAME
 
-/* ---- probe and contexts ------------------------------------------------- */
+/* ---- probe and contexts -------------------------------------------------- */
 
 /* Whether the driver has cuTensorMapEncodeTiled (CUDA 12.0+), looked up
    as the sm90 launchers look it up: read once by the probe (under the
@@ -148,137 +139,24 @@ static fa_status ctx_create(int device, void **state) {
   return state_create(device, sms, 10 * major + minor, state);
 }
 
-/* ---- compiled instantiations -------------------------------------------- */
+/* ---- what every arch's glue shares --------------------------------------- */
 
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
 
-/* The sm80 forward (generated list, FA_CUDA_HEAD_DIMS): variant 0 is a head
-   dim's main tile, 1 its decode tile. */
-#define FA_SM80_INST(t, d, v)                                                  \
-  int fa_sm80_fwd_##t##_d##d##_v##v(const fa_gpu_params *p, void *stream);
-#include "sm80_instances.h"
-#undef FA_SM80_INST
-
-typedef int (*fa_sm80_fwd_fn)(const fa_gpu_params *p, void *stream);
-typedef struct sm80_instance {
-  fa_dtype dtype;
-  int dim, variant;
-  fa_sm80_fwd_fn launch;
-} sm80_instance;
-
-static const sm80_instance sm80_instances[] = {
-#define FA_SM80_INST(t, d, v)                                                  \
-  {FA_DTYPE_##t, d, v, fa_sm80_fwd_##t##_d##d##_v##v},
-#include "sm80_instances.h"
-#undef FA_SM80_INST
-    {FA_F32, 0, 0, NULL}};
-
-static fa_sm80_fwd_fn sm80_find(fa_dtype dtype, int dim, int variant) {
-  for (const sm80_instance *i = sm80_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim && i->variant == variant)
-      return i->launch;
-  return NULL;
-}
-
-/* The sm80 backward, per (dtype, head dim). */
-#define FA_SM80_BWD_INST(t, d)                                                 \
-  int fa_sm80_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,            \
-                             void *stream);
-#include "sm80_bwd_instances.h"
-#undef FA_SM80_BWD_INST
-
-typedef int (*fa_sm80_bwd_fn)(const fa_gpu_params *p, float *dq_acc,
-                              void *stream);
-typedef struct sm80_bwd_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm80_bwd_fn launch;
-} sm80_bwd_instance;
-
-static const sm80_bwd_instance sm80_bwd_instances[] = {
-#define FA_SM80_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm80_bwd_##t##_d##d},
-#include "sm80_bwd_instances.h"
-#undef FA_SM80_BWD_INST
-    {FA_F32, 0, NULL}};
-
-static fa_sm80_bwd_fn sm80_bwd_find(fa_dtype dtype, int dim) {
-  for (const sm80_bwd_instance *i = sm80_bwd_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
-}
-
-/* The sm90 forward (90a built, head dims 64/128/256 of FA_CUDA_HEAD_DIMS).
-   Launchers return a cudaError_t, or -1 when the copy engine cannot
-   address the tensors (nothing launched). */
-#define FA_SM90_INST(t, d)                                                     \
-  int fa_sm90_fwd_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,           \
-                             int64_t rows_k, int sms, int serial,              \
-                             void *stream);
-#include "sm90_instances.h"
-#undef FA_SM90_INST
-
-typedef int (*fa_sm90_fwd_fn)(const fa_gpu_params *p, int64_t rows_q,
-                              int64_t rows_k, int sms, int serial,
-                              void *stream);
-typedef struct sm90_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm90_fwd_fn launch;
-} sm90_instance;
-
-static const sm90_instance sm90_instances[] = {
-#define FA_SM90_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_fwd_##t##_d##d},
-#include "sm90_instances.h"
-#undef FA_SM90_INST
-    {FA_F32, 0, NULL}};
-
-static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim) {
-  for (const sm90_instance *i = sm90_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
-}
-
-/* The sm90 backward (d64/d128), same return convention. */
-#define FA_SM90_BWD_INST(t, d)                                                 \
-  int fa_sm90_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,            \
-                             int64_t rows_q, int64_t rows_k, void *stream);
-#include "sm90_bwd_instances.h"
-#undef FA_SM90_BWD_INST
-
-typedef int (*fa_sm90_bwd_fn)(const fa_gpu_params *p, float *dq_acc,
-                              int64_t rows_q, int64_t rows_k, void *stream);
-typedef struct sm90_bwd_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm90_bwd_fn launch;
-} sm90_bwd_instance;
-
-static const sm90_bwd_instance sm90_bwd_instances[] = {
-#define FA_SM90_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_bwd_##t##_d##d},
-#include "sm90_bwd_instances.h"
-#undef FA_SM90_BWD_INST
-    {FA_F32, 0, NULL}};
-
-static fa_sm90_bwd_fn sm90_bwd_find(fa_dtype dtype, int dim) {
-  for (const sm90_bwd_instance *i = sm90_bwd_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
-}
-
-/* ---- admission ------------------------------------------------------------
- */
-
-/* What identifies a kernel entry: its family, dtype and head dim. */
-typedef enum family { SM90, SM80, DECODE, GENERIC } family;
+/* What identifies a kernel entry: its dtype, head dim and the arch's
+   variant (sm80: 1 for the decode tile). */
 typedef struct kdesc {
-  family fam;
+  int variant;
   fa_dtype dtype;
   int dim;
 } kdesc;
 
-static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
-                    size_t len) {
+/* A tensor-core kernel's problem: its dtype and head dims, what every GPU
+   kernel implements, 16-byte aligned tensors. */
+static int tc_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
+                       size_t len) {
+  const fa_problem *p = q->problem;
   if (p->dtype != k->dtype) {
     (void)snprintf(why, len, "dtype is %s; this kernel is %s",
                    fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(k->dtype));
@@ -290,7 +168,7 @@ static int shape_ok(const kdesc *k, const fa_problem *p, char *why,
                    p->a.head_dim, p->a.head_dim_v, k->dim, k->dim);
     return 0;
   }
-  return 1;
+  return fa_gpu_features_ok(q, why, len) && fa_gpu_aligned16(q, why, len);
 }
 
 /* The tensor-core backwards: what they leave to cuda.generic. */
@@ -315,154 +193,18 @@ static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
   return 1;
 }
 
-/* Whether the sm90 launchers' tensor maps can describe tensor t of `rows`
-   storage rows (per batch, or all of them when varlen) and `heads` heads:
-   the conditions of make_map (sm90_fwd.cuh) on 16-bit elements. */
-static int tma_ok(const char *name, const fa_tensor *t, int64_t rows, int heads,
-                  int batch, char *why, size_t len) {
-  const int64_t ss = t->stride_seq * 2, sh = t->stride_head * 2;
-  const int64_t sb = batch > 1 ? t->stride_batch * 2 : rows * ss;
-  const int64_t lim = (int64_t)1 << 40;
-  const char *bad = NULL;
-  if ((uintptr_t)t->data % 16 || ss % 16 || sh % 16 || sb % 16)
-    bad = "a stride or the data is not 16-byte aligned";
-  else if (ss <= 0 || sh <= 0 || sb <= 0)
-    bad = "a stride is 0";
-  else if (ss >= lim || sh >= lim || sb >= lim)
-    bad = "a stride is 2^40 bytes or more";
-  else if (rows < 1 || rows > 0xFFFFFFFFll)
-    bad = "no storage rows, or 2^32 or more";
-  (void)heads;
-  if (!bad) return 1;
-  (void)snprintf(why, len, "the copy engine cannot address %s (%s)", name, bad);
-  return 0;
-}
-
-static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
-  const fa_layout *l = q->layout;
-  if (!l) return 1; // contiguous BSHD (fa_explain)
-  const fa_problem *p = q->problem;
-  const fa_attention *a = &p->a;
-  const int bq = p->varlen_q ? 1 : a->batch, bk = p->varlen_k ? 1 : a->batch;
-  const int64_t rq = p->varlen_q ? p->rows_q : a->seqlen_q;
-  const int64_t rk = p->varlen_k ? p->rows_k : a->seqlen_k;
-  if (!tma_ok("q", &l->q, rq, a->heads_q, bq, why, len) ||
-      !tma_ok("k", &l->k, rk, a->heads_kv, bk, why, len) ||
-      !tma_ok("v", &l->v, rk, a->heads_kv, bk, why, len))
-    return 0;
-  if (l->op == FA_OP_BACKWARD &&
-      !tma_ok("do", &l->d_o, rq, a->heads_q, bq, why, len))
-    return 0;
-  return 1;
-}
-
-static int kernel_supports(const kdesc *k, const fa_kernel_query *q, char *why,
-                           size_t len) {
-  const fa_problem *p = q->problem;
-  const int bwd = is_backward(q);
-  if (k->fam == GENERIC) return fa_gpu_generic_supports(q, why, len);
-  if (!shape_ok(k, p, why, len) || !fa_gpu_features_ok(q, why, len) ||
-      !fa_gpu_aligned16(q, why, len))
-    return 0;
-  if (k->fam == SM90) {
-    int cc = query_cc(q);
-    if (cc != 90) {
-      (void)snprintf(why, len,
-                     "device %d has compute capability %d.%d; this "
-                     "kernel is sm_90a",
-                     query_device(q), cc / 10, cc % 10);
-      return 0;
-    }
-    int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
-                    : sm90_find(k->dtype, k->dim) != NULL;
-    if (!built) {
-      (void)snprintf(why, len,
-                     "not compiled in this build (90a, "
-                     "FA_CUDA_HEAD_DIMS)");
-      return 0;
-    }
-    if (p->paged) {
-      (void)snprintf(why, len,
-                     "paged KV (the sm80 kernels read the block table)");
-      return 0;
-    }
-    if (p->a.seqlen_k == 0) {
-      (void)snprintf(why, len,
-                     "seqlen_k 0 (a TMA map needs rows; the sm80 "
-                     "kernels take an empty cache)");
-      return 0;
-    }
-    if (!probed_tma) {
-      (void)snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
-      return 0;
-    }
-    if (bwd && !tc_backward_ok(p, why, len)) return 0;
-    return sm90_layout_ok(q, why, len);
-  }
-  // SM80, DECODE
-  int built = bwd ? sm80_bwd_find(k->dtype, k->dim) != NULL
-                  : sm80_find(k->dtype, k->dim, k->fam == DECODE) != NULL;
-  if (!built) {
-    (void)snprintf(why, len, "not compiled in this build (FA_CUDA_HEAD_DIMS)");
-    return 0;
-  }
-  return !bwd || tc_backward_ok(p, why, len);
-}
-
-/* Whether the sm80 plan of the problem splits the keys with fewer q blocks
-   of 128 rows than SMs: the sm80 tiles then beat the unsplit sm90 one. */
-static int sm80_splits(const kdesc *k, const fa_kernel_query *q) {
-  const fa_cuda_tile *t = fa_cuda_tile_of(0, k->dim);
-  if (!t) return 0;
-  fa_plan_data plan;
-  fa_cuda_sm80_plan(q->problem, t, query_units(q), &plan);
-  const fa_attention *a = &q->problem->a;
-  int64_t items = (int64_t)a->batch * a->heads_q * ((a->seqlen_q + 127) / 128);
-  return plan.num_splits > 1 && items < query_units(q);
-}
-
-/* Whether the main tile's plan has one q block that the decode tile's
-   lanes hold (a few queries x the packed GQA heads). */
-static int decode_sized(const kdesc *k, const fa_kernel_query *q) {
-  const fa_cuda_tile *t = fa_cuda_tile_of(0, k->dim);
-  const fa_cuda_tile *td = fa_cuda_tile_of(1, k->dim);
-  if (!t || !td) return 0;
-  fa_caps caps;
-  fa_plan_data plan;
-  fa_cuda_caps(query_units(q), t->block_q, t->block_k, 1, &caps);
-  fa_plan_compute(q->problem, &caps, &plan);
-  return plan.num_q_blocks == 1 && plan.block_q <= td->block_q;
-}
-
-static int kernel_score(const kdesc *k, const fa_kernel_query *q) {
-  const int bwd = is_backward(q);
-  switch (k->fam) {
-  case SM90:
-    if (bwd) return 30;
-    // Decode and split-KV shapes: a 128-row tile would be mostly padding,
-    // or leave SMs idle (the sm80 tiles pack GQA heads, split the keys).
-    return q->problem->a.seqlen_q < 64 || sm80_splits(k, q) ? 10 : 30;
-  case SM80:
-    return 20;
-  case DECODE:
-    return decode_sized(k, q) ? 25 : 1;
-  case GENERIC:
-    return 0;
-  }
-  return 0;
-}
-
-/* ---- plans -----------------------------------------------------------------
- */
-
 static fa_status grid_fits(int64_t blocks, const char *what) {
   return fa_gpu_grid_fits(core, blocks, what);
 }
 
-/* The tensor-core backwards' launches: the D pre-pass, the key blocks and
-   the dQ store. */
-static fa_status tc_backward_grids(const fa_problem *p, const char *name) {
+/* The tensor-core backwards' plan: one CTA per 128 keys, `rows` q rows per
+   step, the D pre-pass and the dQ accumulator as scratch; their launches
+   (D, the key blocks, the dQ store) checked against the grid limits. */
+static fa_status tc_backward_plan(const fa_problem *p, int rows,
+                                  const char *name, fa_plan_data *d) {
   const fa_attention *a = &p->a;
+  fa_gpu_fixed_plan(p, rows, 128, d);
+  d->workspace_bytes = fa_gpu_bwd_scratch(p, NULL);
   int64_t rows_q = (int64_t)a->batch * a->heads_q * a->seqlen_q;
   int64_t kblocks =
       (int64_t)a->batch * a->heads_kv * ((a->seqlen_k + 127) / 128);
@@ -473,109 +215,6 @@ static fa_status tc_backward_grids(const fa_problem *p, const char *name) {
     return s;
   return FA_OK;
 }
-
-static fa_status kernel_plan(const kdesc *k, const char *name,
-                             const fa_kernel_query *q, fa_plan_data *d) {
-  const fa_problem *p = q->problem;
-  const int bwd = is_backward(q);
-  fa_status s = FA_OK;
-  memset(d, 0, sizeof *d);
-  if (bwd) {
-    // One CTA per 128 keys; q rows per step as the kernels' bwd_rows().
-    if (k->fam == GENERIC) {
-      fa_caps caps;
-      fa_cuda_caps(query_units(q), 128, 64, 0, &caps);
-      return plan_generic_kernel(q, &caps, d, name);
-    } else {
-      int rows = k->fam == SM90 ? (k->dim == 64 ? 128 : 64)
-                                : (k->dim >= 128 ? 32 : 64);
-      fa_gpu_fixed_plan(p, rows, 128, d);
-      d->workspace_bytes = fa_gpu_bwd_scratch(p, NULL);
-      s = tc_backward_grids(p, name);
-    }
-  } else if (k->fam == SM90) {
-    const fa_cuda_sm90_tile *t = fa_cuda_sm90_tile_of(k->dim);
-    if (!t)
-      return core->fail(FA_ERR_BACKEND, "%s: no sm90_tiles.def row for d%d",
-                        name, k->dim);
-    fa_gpu_fixed_plan(p, t->block_m, t->block_n, d);
-  } else {
-    const fa_cuda_tile *t = fa_cuda_tile_of(k->fam == DECODE, k->dim);
-    if (k->fam == GENERIC) {
-      fa_caps caps;
-      fa_cuda_caps(query_units(q), 128, 64, 1, &caps);
-      return plan_generic_kernel(q, &caps, d, name);
-    }
-    if (!t)
-      return core->fail(FA_ERR_BACKEND, "%s: no sm80_tiles.def row for d%d",
-                        name, k->dim);
-    fa_cuda_sm80_plan(p, t, query_units(q), d);
-    d->workspace_bytes = fa_gpu_split_bytes_of(p, d);
-    s = grid_fits(d->num_work, name);
-  }
-  if (!s) s = plan_reserve(q, d->workspace_bytes);
-  if (!s) log_plan(name, d);
-  return s;
-}
-
-/* ---- forward
- * ----------------------------------------------------------------- */
-
-/* The sm90 launchers' -1: the driver refused a tensor map that supports()
-   judged encodable. */
-static fa_status tma_refused(const char *name) {
-  return core->fail(FA_ERR_BACKEND,
-                    "%s: %s: cuTensorMapEncodeTiled refused "
-                    "a tensor that supports() accepted (strides %s)",
-                    BACKEND_NAME, name, "or sizes");
-}
-
-static const char *kernel_name(const char *fam, const fa_problem *p, char *buf,
-                               size_t len) {
-  (void)snprintf(buf, len, "cuda.%s.%s.d%d", fam, fa_gpu_dtype_name(p->dtype),
-                 p->a.head_dim);
-  return buf;
-}
-
-static fa_status fwd_sm80_variant(void *state, const fa_problem *p,
-                                  const fa_plan_data *plan,
-                                  const fa_fwd_args *a, int decode) {
-  char name[48];
-  kernel_name("sm80", p, name, sizeof name);
-  if (decode) strncat(name, ".decode", sizeof name - strlen(name) - 1);
-  fa_gpu_launch_fn fn = sm80_find(p->dtype, p->a.head_dim, decode);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
-  return run_forward(state, p, plan, a, fn, name);
-}
-
-static fa_status fwd_sm80(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_fwd_args *a) {
-  return fwd_sm80_variant(state, p, plan, a, 0);
-}
-
-static fa_status fwd_decode(void *state, const fa_problem *p,
-                            const fa_plan_data *plan, const fa_fwd_args *a) {
-  return fwd_sm80_variant(state, p, plan, a, 1);
-}
-
-static fa_status fwd_sm90(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_fwd_args *a) {
-  gpu_state *st = state;
-  char name[48];
-  kernel_name("sm90", p, name, sizeof name);
-  fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
-  fa_status s = use_device(st);
-  if (s) return s;
-  fa_gpu_params q; // the launcher sets its geometry (the plan's, too)
-  fa_gpu_fill_forward(&q, p, plan, a);
-  int err = fn(&q, p->rows_q, p->rows_k, st->units,
-               config("FA_SM90_SERIAL") != 0, st->stream);
-  return err == -1 ? tma_refused(name) : launched(err, name);
-}
-
-/* ---- backward -------------------------------------------------------------
- */
 
 /* The tensor-core backwards' common start: the D pre-pass into the plan's
    scratch and the zeroed dQ accumulator. dQ goes through fp32 atomics, so
@@ -600,95 +239,74 @@ static fa_status tc_backward_start(gpu_state *st, const fa_problem *p,
                   "backward (D = rowsum(dO o O))");
 }
 
-static fa_status bwd_sm80(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_bwd_args *a) {
-  char name[48];
-  kernel_name("sm80", p, name, sizeof name);
-  fa_sm80_bwd_fn fn = sm80_bwd_find(p->dtype, p->a.head_dim);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: no backward", name);
-  fa_gpu_params q;
-  float *dq_acc;
-  fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
-  if (s) return s;
-  return launched(fn(&q, dq_acc, ((gpu_state *)state)->stream), name);
+static const char *kernel_name(const char *arch, const fa_problem *p, char *buf,
+                               size_t len) {
+  (void)snprintf(buf, len, "cuda.%s.%s.d%d", arch, fa_gpu_dtype_name(p->dtype),
+                 p->a.head_dim);
+  return buf;
 }
 
-static fa_status bwd_sm90(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_bwd_args *a) {
-  char name[48];
-  kernel_name("sm90", p, name, sizeof name);
-  fa_sm90_bwd_fn fn = sm90_bwd_find(p->dtype, p->a.head_dim);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: no backward", name);
-  fa_gpu_params q;
-  float *dq_acc;
-  fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
-  if (s) return s;
-  int err = fn(&q, dq_acc, p->rows_q, p->rows_k, ((gpu_state *)state)->stream);
-  return err == -1 ? tma_refused(name) : launched(err, name);
-}
-
-/* ---- the kernel table ------------------------------------------------------
- */
-
-#define KERNEL_FNS(id, fam, t, d, nm)                                          \
-  static const kdesc desc_##id = {fam, FA_DTYPE_##t, d};                       \
+/* A kernel entry's supports/score/plan over its arch's functions
+   (<arch>_supports, <arch>_score, <arch>_plan) and its kdesc. */
+#define KERNEL_FNS(id, arch, variant, t, d, nm)                                \
+  static const kdesc desc_##id = {variant, FA_DTYPE_##t, d};                   \
   static int supports_##id(const fa_kernel_query *q, char *why, size_t len) {  \
-    return kernel_supports(&desc_##id, q, why, len);                           \
+    return arch##_supports(&desc_##id, q, why, len);                           \
   }                                                                            \
   static int score_##id(const fa_kernel_query *q) {                            \
-    return kernel_score(&desc_##id, q);                                        \
+    return arch##_score(&desc_##id, q);                                        \
   }                                                                            \
   static fa_status plan_##id(const fa_kernel_query *q, fa_plan_data *out) {    \
-    return kernel_plan(&desc_##id, nm, q, out);                                \
+    return arch##_plan(&desc_##id, nm, q, out);                                \
+  }
+#define ENTRY(id, nm, fwd, bwd)                                                \
+  {                                                                            \
+    .name = (nm), .supports = supports_##id, .score = score_##id,              \
+    .plan = plan_##id, .forward = (fwd), .backward = (bwd)                     \
   }
 
-#define SM90(t, d)                                                             \
-  KERNEL_FNS(sm90_##t##_d##d, SM90, t, d, "cuda.sm90." #t ".d" #d)
-#define SM80(t, d)                                                             \
-  KERNEL_FNS(sm80_##t##_d##d, SM80, t, d, "cuda.sm80." #t ".d" #d)
-#define DECODE(t, d)                                                           \
-  KERNEL_FNS(decode_##t##_d##d, DECODE, t, d, "cuda.sm80." #t ".d" #d ".decode")
-// One row per kernel family, as the table below lists them.
-// clang-format off
-SM90(bf16, 64) SM90(bf16, 128) SM90(bf16, 256)
-SM90(f16, 64) SM90(f16, 128) SM90(f16, 256)
-SM80(bf16, 64) SM80(bf16, 96) SM80(bf16, 128) SM80(bf16, 192) SM80(bf16, 256)
-SM80(f16, 64) SM80(f16, 96) SM80(f16, 128) SM80(f16, 192) SM80(f16, 256)
-DECODE(bf16, 64) DECODE(bf16, 128) DECODE(f16, 64) DECODE(f16, 128)
-KERNEL_FNS(generic, GENERIC, bf16, 0, "cuda.generic")
-// clang-format on
-#undef SM90
-#undef SM80
-#undef DECODE
+/* ---- the arches ---------------------------------------------------------- */
 
-// The kernel table reads as a table.
-// clang-format off
-#define ENTRY(id, nm, fwd, bwd)                                                \
-  {.name = (nm), .supports = supports_##id, .score = score_##id,               \
-   .plan = plan_##id, .forward = (fwd), .backward = (bwd)}
-#define SM90(t, d, bwd)                                                        \
-  ENTRY(sm90_##t##_d##d, "cuda.sm90." #t ".d" #d, fwd_sm90, bwd)
-#define SM80(t, d, bwd)                                                        \
-  ENTRY(sm80_##t##_d##d, "cuda.sm80." #t ".d" #d, fwd_sm80, bwd)
-#define DECODE(t, d)                                                           \
-  ENTRY(decode_##t##_d##d, "cuda.sm80." #t ".d" #d ".decode", fwd_decode, NULL)
+#include "sm80/sm80_host.h"
+#include "sm90/sm90_host.h"
+
+/* ---- cuda.generic -------------------------------------------------------- */
+
+static int generic_supports(const kdesc *k, const fa_kernel_query *q, char *why,
+                            size_t len) {
+  (void)k;
+  return fa_gpu_generic_supports(q, why, len);
+}
+
+static int generic_score(const kdesc *k, const fa_kernel_query *q) {
+  (void)k;
+  (void)q;
+  return 0;
+}
+
+static fa_status generic_plan(const kdesc *k, const char *name,
+                              const fa_kernel_query *q, fa_plan_data *d) {
+  (void)k;
+  memset(d, 0, sizeof *d);
+  fa_caps caps;
+  // Backward: one CTA per 128 keys; forward: the sm80 main tile's blocks.
+  fa_cuda_caps(query_units(q), 128, 64, !is_backward(q), &caps);
+  return plan_generic_kernel(q, &caps, d, name);
+}
+
+KERNEL_FNS(generic, generic, 0, bf16, 0, "cuda.generic")
+
+/* ---- the kernel table ---------------------------------------------------- */
 
 // Table order breaks score ties: sm90, then the decode tiles, sm80 and
-// the generic kernel. d64/d128 have tensor-core backwards; the other
-// dims' backward is cuda.generic's.
+// the generic kernel.
 static const fa_kernel kernels[] = {
-    SM90(bf16, 128, bwd_sm90), SM90(f16, 128, bwd_sm90),
-    SM90(bf16, 64, bwd_sm90),  SM90(f16, 64, bwd_sm90),
-    SM90(bf16, 256, NULL),     SM90(f16, 256, NULL),
-    DECODE(bf16, 128),         DECODE(f16, 128),
-    DECODE(bf16, 64),          DECODE(f16, 64),
-    SM80(bf16, 128, bwd_sm80), SM80(f16, 128, bwd_sm80),
-    SM80(bf16, 64, bwd_sm80),  SM80(f16, 64, bwd_sm80),
-    SM80(bf16, 256, NULL),     SM80(f16, 256, NULL),
-    SM80(bf16, 192, NULL),     SM80(f16, 192, NULL),
-    SM80(bf16, 96, NULL),      SM80(f16, 96, NULL),
+    // clang-format off
+    FA_SM90_ROWS(FA_SM90_ENTRY)
+    FA_SM80_DECODE_ROWS(FA_SM80_DECODE_ENTRY)
+    FA_SM80_ROWS(FA_SM80_ENTRY)
+    // clang-format on
     ENTRY(generic, "cuda.generic", fwd_generic, bwd_generic),
 };
-// clang-format on
 
 FA_GPU_MODULE(FA_BACKEND_CUDA, FA_MEMORY_CUDA)

@@ -29,6 +29,8 @@
 #error "backends/gpu/compat.h is for GPU translation units (nvcc or HIP clang)"
 #endif
 
+#include "softmax.h" // fa_max_nan (FA_HD)
+
 /* ---- runtime API names ----------------------------------------------------
    The few the kernels' launchers use; host C code (the modules' *.c files)
    calls its own vendor's API directly. */
@@ -96,9 +98,10 @@ FA_GPU_DEVICE int64_t fa_gpu_shfl_i64(int64_t x, int src) {
   return (int64_t)(((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo);
 }
 
+/* NaN-sticky (fa_max_nan): a NaN score must reach the row's LSE. */
 FA_GPU_DEVICE float fa_gpu_warp_max(float x) {
   for (int o = FA_GPU_WARP / 2; o > 0; o >>= 1)
-    x = fmaxf(x, fa_gpu_shfl_xor(x, o));
+    x = fa_max_nan(x, fa_gpu_shfl_xor(x, o));
   return x;
 }
 

@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   const int hk = h0 / p.group, D = p.head_dim, DV = p.head_dim_v;
   int kb0, kb1, s0, s1;
   fa_gpu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
-  fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_gpu_shift(&p, sq, sk);
   float *qs = smem + warp * D;
   const typename T::storage *q = cptr<T>(p.q), *k = cptr<T>(p.k),
@@ -108,13 +108,13 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
           for (int c = 0; c < D; c++) dot += qs[c] * T::load(k + kof + c);
         s = fa_gpu_transform(&p, p.scale * dot, h, i, j, shift);
       }
-      // fa_softmax_update; every key of [jlo, jhi) is visible, so the
-      // block maximum is finite.
-      const float mx = fmaxf(m, fa_gpu_warp_max(s));
-      const float alpha = expf(m - mx);
-      const float pj = j < jhi ? expf(s - mx) : 0.0f;
+      // The core's step (fa_softmax_step, natural base); every key of
+      // [jlo, jhi) is visible, so the block maximum is not -inf.
+      float ref;
+      const float alpha =
+          expf(fa_softmax_step(&m, fa_gpu_warp_max(s), 1.0f, &ref));
+      const float pj = j < jhi ? expf(fa_softmax_exponent(s, 1.0f, ref)) : 0.0f;
       l = l * alpha + fa_gpu_warp_sum(pj);
-      m = mx;
 #pragma unroll
       for (int u = 0; u < kCols; u++) acc[u] *= alpha;
       const int cnt = min(FA_GPU_WARP, jhi - j0);
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       }
     }
     if (p.num_splits == 1) {
-      float lse, f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
+      float lse, f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
       store_row<T>(p, b, h, i, acc, f, lse, lane);
     } else {
       const int64_t at = w * p.block_q + r;
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   for (int sp = 0; sp < p.num_splits; sp++) {
     const int64_t at = (w0 + sp) * p.block_q + r;
     float wa = 1.0f, wb = 1.0f;
-    const int how = fa_gpu_merge_weights(&m, &l, p.part_ml[at * 2],
-                                         p.part_ml[at * 2 + 1], &wa, &wb);
+    const int how = fa_softmax_merge_weights(&m, &l, p.part_ml[at * 2],
+                                             p.part_ml[at * 2 + 1], &wa, &wb);
     if (how == 0) continue;
 #pragma unroll
     for (int u = 0; u < kCols; u++) {
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       acc[u] = how == 1 ? ob : acc[u] * wa + ob * wb;
     }
   }
-  float lse, f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
+  float lse, f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
   store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-// The core's semantics as functions a GPU kernel can call: sequence
-// lengths, the visible-key window, row addressing (varlen, paged), the score
-// transform, the plan's block ranges and work order, the merge and the
-// finalisation of the online softmax. Each mirrors the core function named
-// in its comment (core/problem.h, core/plan.c, core/softmax.h); a module
-// cannot call the core's inline helpers from device code. Every GPU kernel
-// of the CUDA and HIP modules uses these. The header also compiles as plain
-// C, and tests/gpu/test_gpu_mirror.c checks every function against the
-// core's on a grid of problems and on random ones.
+// The problem as a GPU kernel reads it from fa_gpu_params: the device
+// arrays (cu_seqlens, seqused_k, block_table), read only here and clamped,
+// and the params-shaped calls of the core's rules. The rules themselves --
+// the visible-key window, the score transform, the kv block ranges, the
+// split ranges and work order (core/rules.h) and the online softmax's step,
+// merge and finalisation (core/softmax.h) -- are the core's functions,
+// compiled for the device (FA_HD), not copies. Every GPU kernel of the CUDA
+// and HIP modules uses these. The header also compiles as plain C, and
+// tests/gpu/test_gpu_mirror.c checks the clamps on wild arrays and the
+// params-shaped calls against the core's on problems.
 #ifndef FA_GPU_SEMANTICS_H
 #define FA_GPU_SEMANTICS_H
 
@@ -15,6 +16,8 @@
 #include <stdint.h>
 
 #include "gpu_params.h"
+#include "rules.h"   // windows, transform, work order (FA_HD)
+#include "softmax.h" // the online softmax: step, merge, finalize (FA_HD)
 
 #if defined(__CUDACC__) || defined(__HIP__)
 #define FA_GPU_HD                                                              \
@@ -70,24 +73,18 @@ FA_GPU_HD int fa_gpu_len_k(const fa_gpu_params *p, int b) {
   return storage;
 }
 
-/* fa_diag_shift */
+/* fa_diag_shift, for positions given as one offset (shift_fixed) or the
+   default alignment. */
 FA_GPU_HD int fa_gpu_shift(const fa_gpu_params *p, int sq, int sk) {
   if (p->shift_fixed) return p->shift;
   return p->top_left ? 0 : sk - sq;
 }
 
-/* fa_visible_keys: [*lo, *hi) within [0, sk), in 64-bit arithmetic. */
+/* fa_visible_keys (the core's rule, fa_window_keys). */
 FA_GPU_HD void fa_gpu_visible(const fa_gpu_params *p, int i, int sq, int sk,
                               int *lo, int *hi) {
-  int64_t diag = (int64_t)i + fa_gpu_shift(p, sq, sk);
-  int64_t l = p->window_left < 0 ? 0 : diag - p->window_left;
-  int64_t h = p->window_right < 0 ? sk : diag + p->window_right + 1;
-  if (l < 0) l = 0;
-  if (l > sk) l = sk;
-  if (h > sk) h = sk;
-  if (h < l) h = l;
-  *lo = (int)l;
-  *hi = (int)h;
+  fa_window_keys((int64_t)i + fa_gpu_shift(p, sq, sk), p->window_left,
+                 p->window_right, sk, lo, hi);
 }
 
 /* The inverse of fa_visible_keys: every query that sees key j lies in
@@ -142,115 +139,34 @@ FA_GPU_HD int64_t fa_gpu_k_offset(const fa_gpu_params *p, const fa_gpu_view *t,
   return base + row * t->ss + (int64_t)h * t->sh;
 }
 
-/* fa_score_transform: softcap, then ALiBi; s is scale * q.k. */
+/* fa_score_transform (the core's rule, fa_transform_score); s is
+   scale * q.k. */
 FA_GPU_HD float fa_gpu_transform(const fa_gpu_params *p, float s, int h, int i,
                                  int j, int shift) {
-  if (p->softcap > 0.0f) s = p->softcap * tanhf(s / p->softcap);
-  if (p->alibi_slopes) {
-    int64_t d = (int64_t)i + shift - j;
-    s -= p->alibi_slopes[h] * (float)(d < 0 ? -d : d);
-  }
-  return s;
+  return fa_transform_score(s, p->softcap, p->alibi_slopes, h, i, j, shift);
 }
 
-/* fa_plan_kv_blocks, for `rows` query rows per block and key blocks of bk. */
+/* fa_plan_kv_blocks (the core's rule, fa_kv_block_range), for `rows`
+   query rows per block and key blocks of bk. */
 FA_GPU_HD void fa_gpu_kv_blocks(const fa_gpu_params *p, int rows, int bk,
                                 int sq, int sk, int qb, int *kb_begin,
                                 int *kb_end) {
-  int r0 = qb * rows;
-  int r1 = r0 + rows < sq ? r0 + rows : sq;
-  *kb_begin = *kb_end = 0;
-  if (r0 >= r1 || sk <= 0) return;
-  int lo, hi_first, lo_last, hi;
-  fa_gpu_visible(p, r0, sq, sk, &lo, &hi_first);
-  fa_gpu_visible(p, r1 - 1, sq, sk, &lo_last, &hi);
-  if (hi <= lo) return;
-  *kb_begin = lo / bk;
-  *kb_end = (int)(((int64_t)hi + bk - 1) / bk); // no overflow near INT_MAX
+  fa_kv_block_range(qb, rows, bk, sq, sk, fa_gpu_shift(p, sq, sk),
+                    p->window_left, p->window_right, kb_begin, kb_end);
 }
 
-/* fa_plan_split_range */
-FA_GPU_HD void fa_gpu_split_range(int begin, int end, int num_splits, int split,
-                                  int *s_begin, int *s_end) {
-  int n = end > begin ? end - begin : 0;
-  int base = n / num_splits, extra = n % num_splits;
-  int start = begin + split * base + (split < extra ? split : extra);
-  *s_begin = start;
-  *s_end = start + base + (split < extra ? 1 : 0);
-}
-
-/* fa_plan_work_item */
+/* fa_plan_work_item (the core's rule, fa_work_item_of). */
 FA_GPU_HD void fa_gpu_work_item(const fa_gpu_params *p, int64_t w, int *b,
                                 int *h, int *qb, int *split) {
-  const int units = p->heads_q / p->pack_group;
-  int64_t bh_count = (int64_t)p->batch * units;
-  *split = (int)(w % p->num_splits);
-  int64_t r = w / p->num_splits;
-  int64_t bh = r % bh_count;
-  int qi = (int)(r / bh_count);
-  int grows = p->window_left < 0 && p->window_right >= 0;
-  *qb = grows ? p->num_q_blocks - 1 - qi : qi;
-  *h = (int)(bh % units) * p->pack_group;
-  *b = (int)(bh / units);
+  fa_work_item_of(
+      w, p->batch, p->heads_q, p->pack_group, p->num_q_blocks, p->num_splits,
+      fa_window_grows(p->window_left, p->window_right), b, h, qb, split);
 }
 
 /* Index of row (b, h, i) in lse / delta: [batch][heads_q][seqlen_q]. */
 FA_GPU_HD int64_t fa_gpu_row_index(const fa_gpu_params *p, int b, int h,
                                    int i) {
   return ((int64_t)b * p->heads_q + h) * p->seqlen_q + i;
-}
-
-/* fa_softmax_merge for the (m, l) pair: 0 when b is empty (a unchanged),
-   1 when a was empty (the caller copies O_b), 2 otherwise with the
-   weights of a and b in *wa, *wb. */
-FA_GPU_HD int fa_gpu_merge_weights(float *m_a, float *l_a, float m_b, float l_b,
-                                   float *wa, float *wb) {
-  if (m_b == -INFINITY) return 0;
-  if (*m_a == -INFINITY) {
-    *m_a = m_b;
-    *l_a = l_b;
-    return 1;
-  }
-  float mx = *m_a > m_b ? *m_a : m_b;
-  *wa = expf(*m_a - mx);
-  *wb = expf(m_b - mx);
-  *l_a = *l_a * *wa + l_b * *wb;
-  *m_a = mx;
-  return 2;
-}
-
-/* fa_softmax_finalize: fold in a sink logit (NAN = none); returns the
-   factor for O and stores the natural-log LSE. */
-FA_GPU_HD float fa_gpu_finalize(float m, float l, float sink, float *lse) {
-  if (!isnan(sink)) {
-    if (m == -INFINITY) {
-      *lse = sink;
-      return 0.0f;
-    }
-    float mx = m > sink ? m : sink;
-    l = l * expf(m - mx) + expf(sink - mx);
-    *lse = mx + logf(l);
-    return expf(m - mx) / l;
-  }
-  if (m == -INFINITY) {
-    *lse = -INFINITY;
-    return 0.0f;
-  }
-  *lse = m + logf(l);
-  return 1.0f / l;
-}
-
-/* fa_gpu_finalize with head h's sink from sinks (NULL = none): a NaN or
-   +inf sink makes the row NaN (O and LSE), a -inf one weighs nothing, as
-   on the CPU backends. */
-FA_GPU_HD float fa_gpu_finalize_sinks(float m, float l, const float *sinks,
-                                      int h, float *lse) {
-  const float sink = sinks ? sinks[h] : -INFINITY;
-  if (isnan(sink) || sink == INFINITY) {
-    *lse = NAN;
-    return NAN;
-  }
-  return fa_gpu_finalize(m, l, sink == -INFINITY ? NAN : sink, lse);
 }
 
 #endif

@@ -21,11 +21,9 @@
 // become FA_ERR_BACKEND (FA_ERR_OUT_OF_MEMORY for allocations) with
 // hipGetErrorString's text, through core->fail.
 //
-// Kernels (dispatch takes the highest score among those that accept):
-//   hip.cdna.<bf16|f16>.d<64|128|256>  MFMA forward (cdna_fwd.h), head_dim ==
-//       head_dim_v, 16-byte aligned tensors; every mask, softcap, ALiBi,
-//       sinks, GQA packing, varlen, paged KV, split-KV, LSE. Forward only.
-//       Score 20.
+// Kernels (dispatch takes the highest score among those that accept),
+// each arch's glue beside its kernels:
+//   hip.cdna.*    cdna/cdna_host.h (MFMA forward, score 20)
 //   hip.generic  every problem with head dims <= 256, forward and backward
 //       (backends/gpu/generic_kernels.h, wave64). Score 0.
 // For triage and tests, bind a context to a kernel by name
@@ -46,8 +44,7 @@
 
 #define BACKEND_NAME FA_GPU_BACKEND_NAME
 
-/* ---- which architectures this build has code for --------------------------
- */
+/* ---- which architectures this build has code for ------------------------- */
 
 /* "gfx90a:sramecc+:xnack-" -> "gfx90a"; 1 if FA_HIP_ARCHS lists it. */
 static int arch_compiled(const char *gcn, char *base, size_t len) {
@@ -65,7 +62,7 @@ static int arch_compiled(const char *gcn, char *base, size_t len) {
   return 0;
 }
 
-/* ---- probe and contexts ------------------------------------------------- */
+/* ---- probe and contexts -------------------------------------------------- */
 
 static int probe(char *why, size_t len) {
   int n = 0;
@@ -118,68 +115,10 @@ static fa_status ctx_create(int device, void **state) {
   return state_create(device, prop.multiProcessorCount, 0, state);
 }
 
-/* ---- forward ------------------------------------------------------------- */
-
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
 
-typedef struct cdna_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_gpu_launch_fn launch;
-  const char *name;
-} cdna_instance;
-
-static const cdna_instance cdna_instances[] = {
-#define FA_CDNA_INST(t, d)                                                     \
-  {FA_DTYPE_##t, d, fa_cdna_fwd_##t##_d##d, "hip.cdna." #t ".d" #d},
-#include "cdna_instances.h"
-#undef FA_CDNA_INST
-    {FA_F32, 0, NULL, NULL}};
-
-static const cdna_instance *cdna_find(fa_dtype dtype, int dim) {
-  for (const cdna_instance *i = cdna_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i;
-  return NULL;
-}
-
-static fa_status fwd_cdna(void *state, const fa_problem *p,
-                          const fa_plan_data *plan, const fa_fwd_args *a) {
-  const cdna_instance *inst = cdna_find(p->dtype, p->a.head_dim);
-  if (!inst)
-    return core->fail(FA_ERR_BACKEND,
-                      "%s: hip.cdna.%s.d%d is not compiled "
-                      "in",
-                      BACKEND_NAME, fa_gpu_dtype_name(p->dtype), p->a.head_dim);
-  return run_forward(state, p, plan, a, inst->launch, inst->name);
-}
-
-/* ---- admission and plans ------------------------------------------------- */
-
-static int supports_generic(const fa_kernel_query *q, char *why, size_t len) {
-  return fa_gpu_generic_supports(q, why, len);
-}
-
-static int supports_cdna(const fa_kernel_query *kq, fa_dtype dtype, int dim,
-                         char *why, size_t len) {
-  const fa_problem *p = kq->problem;
-  if (p->dtype != dtype) {
-    (void)snprintf(why, len, "dtype is %s; this kernel is %s",
-                   fa_gpu_dtype_name(p->dtype), fa_gpu_dtype_name(dtype));
-    return 0;
-  }
-  if (p->a.head_dim != dim || p->a.head_dim_v != dim) {
-    (void)snprintf(why, len,
-                   "head_dim %d, head_dim_v %d: this kernel is %d, %d",
-                   p->a.head_dim, p->a.head_dim_v, dim, dim);
-    return 0;
-  }
-  if (!cdna_find(dtype, dim)) {
-    (void)snprintf(why, len, "not compiled in this build (FA_HIP_HEAD_DIMS)");
-    return 0;
-  }
-  return fa_gpu_features_ok(kq, why, len) && fa_gpu_aligned16(kq, why, len);
-}
+/* ---- plans --------------------------------------------------------------- */
 
 /* The planner's inputs: the MFMA tile's 4 wavefronts x 32 queries as the
    largest B_r, 64 keys as B_c (the kernels keep K/V tiles of their own width
@@ -209,40 +148,18 @@ static fa_status plan_generic(const fa_kernel_query *q, fa_plan_data *d) {
   return plan_hip(q, d, "hip.generic");
 }
 
-#define CDNA_FNS(t, dm)                                                        \
-  static int supports_##t##_d##dm(const fa_kernel_query *q, char *why,         \
-                                  size_t len) {                                \
-    return supports_cdna(q, FA_DTYPE_##t, dm, why, len);                       \
-  }                                                                            \
-  static int score_##t##_d##dm(const fa_kernel_query *q) {                     \
-    (void)q;                                                                   \
-    return 20;                                                                 \
-  }                                                                            \
-  static fa_status plan_##t##_d##dm(const fa_kernel_query *q,                  \
-                                    fa_plan_data *out) {                       \
-    return plan_hip(q, out, "hip.cdna." #t ".d" #dm);                          \
-  }
-CDNA_FNS(bf16, 64)
-CDNA_FNS(bf16, 128)
-CDNA_FNS(bf16, 256)
-CDNA_FNS(f16, 64)
-CDNA_FNS(f16, 128)
-CDNA_FNS(f16, 256)
+static int supports_generic(const fa_kernel_query *q, char *why, size_t len) {
+  return fa_gpu_generic_supports(q, why, len);
+}
 
-#define CDNA_KERNEL(t, dm)                                                     \
-  {                                                                            \
-    .name = "hip.cdna." #t ".d" #dm, .supports = supports_##t##_d##dm,         \
-    .score = score_##t##_d##dm, .plan = plan_##t##_d##dm, .forward = fwd_cdna, \
-    .backward = NULL                                                           \
-  }
+/* ---- the arches ---------------------------------------------------------- */
+
+#include "cdna/cdna_host.h"
+
+/* ---- the kernel table ---------------------------------------------------- */
 
 static const fa_kernel kernels[] = {
-    CDNA_KERNEL(bf16, 128),
-    CDNA_KERNEL(f16, 128),
-    CDNA_KERNEL(bf16, 64),
-    CDNA_KERNEL(f16, 64),
-    CDNA_KERNEL(bf16, 256),
-    CDNA_KERNEL(f16, 256),
+    FA_CDNA_KERNELS,
     {.name = "hip.generic",
      .supports = supports_generic,
      .score = NULL,

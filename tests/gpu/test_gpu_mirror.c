@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
-// backends/gpu/gpu_semantics.h -- the device copy of the core's semantics
-// that every kernel of the CUDA and HIP modules uses -- against the core,
-// compiled as plain C on the host, with fa_gpu_params filled by the modules'
-// own host code (backends/gpu/gpu_host.h): lengths, visible keys and their
-// exact inverse, row offsets (dense, varlen, seqused_k, paged), the score
-// transform, kv blocks, split ranges, the work order, the softmax merge and
-// finalisation. Problems: a fixed grid (every mask x layout) and random
-// ones (explicit positions included), planned with the CUDA and the HIP
-// module's planner inputs. Device arrays the core did not check: the
-// helpers' clamps keep every row, length and page inside the tensors and
-// the pool. Also the CUDA module's sm80 plans (cuda_tiles.c) against its
+// backends/gpu/gpu_semantics.h -- the device view of the problem every
+// kernel of the CUDA and HIP modules reads: device arrays, and the core's
+// rules (core/rules.h) called with fa_gpu_params -- against the core's
+// helpers, compiled as plain C on the host, with fa_gpu_params filled by the
+// modules' own host code (backends/gpu/gpu_host.h): lengths, visible keys
+// and their exact inverse, row offsets (dense, varlen, seqused_k, paged),
+// the score transform, kv blocks, split ranges, the work order (the softmax
+// is the core's own: tests/unit/test_softmax.c). Problems: a fixed grid (every
+// mask x layout) and random ones (explicit positions included), planned with
+// the CUDA and the HIP module's planner inputs. Device arrays the core did not
+// check: the helpers' clamps keep every row, length and page inside the tensors
+// and the pool. Also the CUDA module's sm80 plans (sm80_tiles.c) against its
 // tile table, and every row's shared memory (stage alignment, an A100 fits
 // it, decode tiles run 2 CTAs per sm90 SM).
 // No GPU needed; labels cuda, hip, unit.
@@ -19,6 +20,8 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "sm80_tiles.h"
+#include "sm90_tiles.h"
 #include "gpu_host.h"
 #include "gpu_semantics.h"
 #include "plan.h"
@@ -39,7 +42,7 @@ static int failures;
     }                                                                          \
   } while (0)
 
-/* The modules' planner inputs: CUDA's (cuda_tiles.c, cuda.generic's
+/* The modules' planner inputs: CUDA's (sm80_tiles.c, cuda.generic's
    blocks) on an H100-sized GPU, HIP's (hip_backend.c) on an MI300X, and a
    small budget that makes the planner split the keys. */
 static fa_caps module_caps(int which, int pack) {
@@ -118,7 +121,7 @@ static void compare(const fa_problem *p, const fa_caps *caps, ts_rng *r,
       for (int sp = 0; sp < plan.num_splits; sp++) {
         int a0, a1, c0, c1;
         fa_plan_split_range(k0, k1, plan.num_splits, sp, &a0, &a1);
-        fa_gpu_split_range(g0, g1, plan.num_splits, sp, &c0, &c1);
+        fa_split_range(g0, g1, plan.num_splits, sp, &c0, &c1);
         CHECK(a0 == c0 && a1 == c1, "%s: split %d of q block %d", what, sp, qb);
       }
     }
@@ -265,37 +268,6 @@ static void check_random(ts_rng *r, int case_no) {
   compare(&p, &caps, r, what);
 }
 
-static void check_softmax(ts_rng *r) {
-  const float specials[] = {-INFINITY, 0.0f, 1.5f, -3.0f, 40.0f};
-  for (int n = 0; n < 2000; n++) {
-    // Random states, and every pair of the special ones.
-    float m = n < 25       ? specials[n / 5]
-              : n % 7 == 0 ? -INFINITY
-                           : (float)ts_rng_normal(r) * 5.0f;
-    float mb = n < 25       ? specials[n % 5]
-               : n % 5 == 0 ? -INFINITY
-                            : (float)ts_rng_normal(r) * 5.0f;
-    float l = m == -INFINITY ? 0.0f : (float)ts_rng_uniform(r) * 10.0f + 0.1f;
-    float lb = mb == -INFINITY ? 0.0f : 2.0f;
-    float sink = n % 3 == 0 ? NAN : specials[n % 5];
-    float lse1, lse2;
-    float f1 = fa_softmax_finalize(m, l, sink, &lse1);
-    float f2 = fa_gpu_finalize(m, l, sink, &lse2);
-    CHECK(memcmp(&f1, &f2, 4) == 0 && memcmp(&lse1, &lse2, 4) == 0,
-          "finalize(%g, %g, %g)", (double)m, (double)l, (double)sink);
-    float ma = m, la = l, oa = 1.0f, ob = 3.0f, mc = m, lc = l, oc = 1.0f;
-    fa_softmax_merge(&ma, &la, &oa, mb, lb, &ob, 1);
-    float wa = 1.0f, wb = 1.0f;
-    int how = fa_gpu_merge_weights(&mc, &lc, mb, lb, &wa, &wb);
-    if (how == 1) oc = ob;
-    if (how == 2) oc = oc * wa + ob * wb;
-    CHECK(memcmp(&ma, &mc, 4) == 0 && memcmp(&la, &lc, 4) == 0 &&
-              memcmp(&oa, &oc, 4) == 0,
-          "merge(%g, %g) with (%g, %g)", (double)m, (double)l, (double)mb,
-          (double)lb);
-  }
-}
-
 /* Device arrays nobody checked: whatever the entries, the helpers keep
    every sequence inside its tensors (rows in [0, rows_q/rows_k], at most
    seqlen_q/seqlen_k of them, seqused_k within the sequence's keys) and
@@ -361,7 +333,7 @@ static void check_clamps(ts_rng *r) {
   }
 }
 
-/* The sm80 plans (cuda_tiles.c): the tile's blocks, the core's counts. */
+/* The sm80 plans (sm80_tiles.c): the tile's blocks, the core's counts. */
 static void check_tiles(void) {
   for (int decode = 0; decode < 2; decode++)
     for (int i = 0; i < (decode ? fa_cuda_num_decode_tiles : fa_cuda_num_tiles);
@@ -458,7 +430,6 @@ int main(void) {
   printf("test_gpu_mirror: seed 0x%llx\n", (unsigned long long)seed);
   int n = check_grid(&r);
   for (int c = 0; c < 400; c++) check_random(&r, c);
-  check_softmax(&r);
   check_clamps(&r);
   check_tiles();
   check_tile_smem();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The MFMA fragment index mapping (backends/hip/cdna_mfma_layout.h), checked
-// on the CPU:
+// The MFMA fragment index mapping (backends/hip/cdna/cdna_mfma_layout.h),
+// checked on the CPU:
 //  1. against AMD's documented layouts, written here in the documented
 //     direction (element -> lane, item), independently of the header;
 //  2. each operand map is a bijection onto the matrix (every element held

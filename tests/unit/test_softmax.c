@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The online-softmax algebra (core/softmax.h) against a two-pass softmax in
 // float64: block updates over adversarial rows, merges of partial states in
-// any split and any order (the merge lemma), sinks, and the LSE-form merge.
+// any split and any order (the merge lemma), sinks, the LSE-form merge,
+// and the step rules every kernel takes (fa_softmax_step).
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "check.h"
@@ -515,10 +517,67 @@ static void test_lse_weights_edges(void) {
   CHECK(fabs(w[0] - exp(-2.0 - ref)) < 1e-7, "w0 %g", (double)w[0]);
 }
 
+/* fa_max_nan, fa_softmax_step and fa_softmax_exponent: the rules every
+   kernel's online-softmax step takes from them. */
+static void test_step_rules(void) {
+  CHECK(isnan(fa_max_nan(NAN, 1.0f)) && isnan(fa_max_nan(1.0f, NAN)) &&
+            isnan(fa_max_nan(-INFINITY, NAN)) && isnan(fa_max_nan(NAN, NAN)),
+        "fa_max_nan dropped a NaN");
+  CHECK(fa_max_nan(-INFINITY, -INFINITY) == -INFINITY &&
+            fa_max_nan(2.0f, -3.0f) == 2.0f && fa_max_nan(-3.0f, 2.0f) == 2.0f,
+        "fa_max_nan of numbers");
+  const float mul = 0.125f * 1.4426950408889634f; // d64's scale * log2(e)
+  // All-masked block on an empty row: state unchanged, alpha = 1, P = 0.
+  float m = -INFINITY, ref = 7.0f;
+  float ae = fa_softmax_step(&m, -INFINITY, mul, &ref);
+  CHECK(m == -INFINITY && ref == 0.0f && ae == 0.0f &&
+            fa_softmax_exponent(-INFINITY, mul, ref) == -INFINITY,
+        "all-masked block: m %g ref %g alpha exponent %g", (double)m,
+        (double)ref, (double)ae);
+  // First keys: alpha exponent -inf (O is still 0); the maximum stands:
+  // exactly 0 (no drift); a NaN sticks.
+  ae = fa_softmax_step(&m, 3.0f, mul, &ref);
+  CHECK(m == 3.0f && ae == -INFINITY, "first block: alpha exponent %g",
+        (double)ae);
+  ae = fa_softmax_step(&m, 1.0f, mul, &ref);
+  CHECK(m == 3.0f && ae == 0.0f, "max stands: alpha exponent %g", (double)ae);
+  ae = fa_softmax_step(&m, NAN, mul, &ref);
+  CHECK(isnan(m) && isnan(ae), "NaN block: m %g alpha exponent %g", (double)m,
+        (double)ae);
+  ae = fa_softmax_step(&m, 5.0f, mul, &ref);
+  CHECK(isnan(m) && isnan(ae), "NaN max did not stick: m %g", (double)m);
+  // Raw q.k of f16 inputs near 65504 at d64 (up to 2.7e11; base-2 logits
+  // ~1e10, where ref's rounding error is ~1e3): the maximum's exponent is
+  // exactly 0 and no other is positive, so l >= 1 (the fused form gave
+  // exponents of +-800, l = 0 or inf, on the H200: issue 19).
+  uint64_t seed = 11;
+  for (int n = 0; n < 1000; n++) {
+    float s[33], mx = -INFINITY, l = 0.0f;
+    for (int j = 0; j < 33; j++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      s[j] = (float)((double)(seed >> 11) * 0x1p-53 * 2.0 - 1.0) * 1e11f;
+      mx = fa_max_nan(mx, s[j]);
+    }
+    float mm = -INFINITY, rf;
+    (void)fa_softmax_step(&mm, mx, mul, &rf);
+    int pos = 0;
+    for (int j = 0; j < 33; j++) {
+      const float e = fa_softmax_exponent(s[j], mul, rf);
+      pos += e > 0.0f;
+      l += exp2f(e);
+    }
+    CHECK(fa_softmax_exponent(mx, mul, rf) == 0.0f && !pos && l >= 1.0f &&
+              l <= 33.0f,
+          "logits ~1e10: max exponent %g, %d positive, l %g",
+          (double)fa_softmax_exponent(mx, mul, rf), pos, (double)l);
+  }
+}
+
 int main(void) {
   static row rows[40];
   int nrows = make_rows(rows);
   test_update_contract();
+  test_step_rules();
   test_finalize_edges();
   test_merge_edges();
   test_lse_weights_edges();

@@ -15,6 +15,7 @@
 #ifndef FA_CUDA_SM80_BWD_CUH
 #define FA_CUDA_SM80_BWD_CUH
 
+#include "common/dq_store.cuh"
 #include "sm80_fwd.cuh"
 
 namespace fa_sm80 {
@@ -55,8 +56,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   T *sV = sK + BK * D, *sQ = sV + BK * D, *sdO = sQ + 2 * BQ * D;
   T *sdS = sdO + 2 * BQ * D;
   float *sL = reinterpret_cast<float *>(sdS + BK * BQ), *sDl = sL + 2 * BQ;
-  const uint32_t aK = smem_addr(sK), aV = smem_addr(sV), aQ = smem_addr(sQ),
-                 adO = smem_addr(sdO), adS = smem_addr(sdS);
+  const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ),
+                 adO = smem_u32(sdO), adS = smem_u32(sdS);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
@@ -198,14 +199,14 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 #pragma unroll
       for (int kk = 0; kk < BQ / 16; kk++) {
         uint32_t ap[4], ad[4];
-        ap[0] = ops<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-        ap[1] = ops<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-        ap[2] = ops<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        ap[3] = ops<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        ad[0] = ops<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
-        ad[1] = ops<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
-        ad[2] = ops<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-        ad[3] = ops<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+        ap[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        ap[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        ap[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        ap[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        ad[0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
+        ad[1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
+        ad[2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+        ad[3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
 #pragma unroll
         for (int np = 0; np < D / 16; np++) {
           uint32_t bo[4], bq[4];
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
         for (int hr = 0; hr < 2; hr++)
           *reinterpret_cast<uint32_t *>(sdS + LS::offset(kw + g + 8 * hr, n) +
                                         2 * t4) =
-              ops<T>::pack(dp[n][2 * hr], dp[n][2 * hr + 1]);
+              pack2<T>(dp[n][2 * hr], dp[n][2 * hr + 1]);
       __syncthreads();
       constexpr int NDW = DW / 8;
       const int qw = (warp % RG) * 16, dw = (warp / RG) * DW;
@@ -284,29 +285,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 #pragma unroll
     for (int n = 0; n < ND; n++) {
       *reinterpret_cast<uint32_t *>(rk + n * 8) =
-          real ? ops<T>::pack(dk[n][2 * hr], dk[n][2 * hr + 1]) : 0u;
+          real ? pack2<T>(dk[n][2 * hr], dk[n][2 * hr + 1]) : 0u;
       *reinterpret_cast<uint32_t *>(rv + n * 8) =
-          real ? ops<T>::pack(dv[n][2 * hr], dv[n][2 * hr + 1]) : 0u;
+          real ? pack2<T>(dv[n][2 * hr], dv[n][2 * hr + 1]) : 0u;
     }
   }
-}
-
-/* dq = the fp32 accumulator, in the output dtype, rows of real queries. */
-template <typename T, int D>
-__global__ void __launch_bounds__(256)
-    bwd_dq_store(const __grid_constant__ fa_gpu_params p, const float *dq_acc) {
-  const int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x;
-  const int64_t n = (int64_t)p.batch * p.seqlen_q * p.heads_q * (D / 2);
-  if (idx >= n) return;
-  const int d = (int)(idx % (D / 2)) * 2;
-  const int h = (int)(idx / (D / 2) % p.heads_q);
-  const int i = (int)(idx / (D / 2) / p.heads_q % p.seqlen_q);
-  const int b = (int)(idx / (D / 2) / p.heads_q / p.seqlen_q);
-  if (i >= fa_gpu_len_q(&p, b)) return;
-  const float *src =
-      dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
-  T *dst = (T *)p.dq.data + fa_gpu_q_offset(&p, &p.dq, b, i, h) + d;
-  *reinterpret_cast<uint32_t *>(dst) = ops<T>::pack(src[0], src[1]);
 }
 
 template <typename T, int D>
@@ -322,10 +305,7 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
   if (ctas > 0)
     bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
-  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
-  if (n > 0)
-    bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
-  return (int)cudaGetLastError();
+  return fa_cuda::launch_dq_store<T, D>(p, dq_acc, s);
 }
 
 } // namespace fa_sm80

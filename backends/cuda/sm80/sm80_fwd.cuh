@@ -28,10 +28,14 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "cuda_internal.h"
 #include "gpu_semantics.h"
+#include "softmax.h"
 
 namespace fa_sm80 {
+
+using namespace fa_cuda; // PTX helpers (backends/cuda/common)
 
 /* ---- the tile table as template arguments ------------------------------- */
 
@@ -51,10 +55,6 @@ template <int D, int V> struct tile;
 
 /* ---- PTX wrappers ---------------------------------------------------------
  */
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing. */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
@@ -93,11 +93,6 @@ template <> struct ops<__nv_bfloat16> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  // lo -> lower 16 bits (the lower column index), hi -> upper.
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
 };
 template <> struct ops<__half> {
   static __device__ __forceinline__ void
@@ -107,21 +102,7 @@ template <> struct ops<__half> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-  }
 };
-
-/* 2^x (MUFU.EX2); 2^-inf = +0. */
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-constexpr float kLog2e = 1.4426950408889634f; // log2(e)
-constexpr float kLn2 = 0.6931471805599453f;   // ln(2) = 1 / log2(e)
 
 /* ---- shared-memory layout --------------------------------------------------
    Rows of PITCH 16-bit elements in 16-byte chunks. When the row is a
@@ -171,21 +152,22 @@ __device__ __forceinline__ uint32_t opaque32(uint32_t x) {
    on the FFMA of the exponent), 1 when softcap/ALiBi/negative scale made
    the kernel transform scores into base-2 logits first. */
 
-/* Row maximum over this thread's values, then across the 4 lanes of a row. */
+/* Row maximum over this thread's values, then across the 4 lanes of a row;
+   NaN-sticky (fa_max_nan, core/softmax.h). */
 template <int NT8>
 __device__ __forceinline__ float row_max(const float (&s)[NT8][4], int hr,
                                          float m) {
 #pragma unroll
   for (int n = 0; n < NT8; n++)
-    m = fmaxf(m, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]));
-  m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
-  return fmaxf(m, __shfl_xor_sync(~0u, m, 2));
+    m = fa_max_nan(m, fa_max_nan(s[n][2 * hr], s[n][2 * hr + 1]));
+  m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
+  return fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
 }
 
-/* The exponent reference of a row: its maximum in base-2 units, 0 while the
-   row has seen no key (so exponents stay -inf, never NaN). */
-__device__ __forceinline__ float row_ref(float m, float mul) {
-  return m == -INFINITY ? 0.0f : m * mul;
+/* 2^e for the rescale exponent of fa_softmax_step: exactly 1 when it is 0
+   (the maximum stands), whatever the approximation of ex2 gives there. */
+__device__ __forceinline__ float rescale_factor(float e) {
+  return e == 0.0f ? 1.0f : ex2(e);
 }
 
 /* ---- the kernel ------------------------------------------------------------
@@ -236,10 +218,10 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   const int hk = h0 / p.group;
   int kb0, kb1, s0, s1;
   fa_gpu_kv_blocks(&p, p.block_rows, BK, sq, sk, qb, &kb0, &kb1);
-  fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_gpu_shift(&p, sq, sk);
 
-  const uint32_t sbase = smem_addr(smem_raw);
+  const uint32_t sbase = smem_u32(smem_raw);
 
   // ---- global -> shared copies (rows past the sequence become zeros, so
   // P = 0 never meets a NaN of V) ----
@@ -463,20 +445,18 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
-        const float m_new = row_max(s[mi], hr, mrow[mi][hr]);
-        const float ref = row_ref(m_new, mul);
-        // Exactly 1 while the maximum stands (the FMA contraction of
-        // mrow * mul - ref would leave ref's rounding error instead of 0,
-        // a drift of ~1e-7 per block; see sm90_fwd.cuh).
-        const float alpha =
-            m_new == mrow[mi][hr] ? 1.0f : ex2(mrow[mi][hr] * mul - ref);
-        mrow[mi][hr] = m_new;
+        // The core's step (fa_softmax_step) in the exp2 domain, with
+        // scores in units of mul.
+        float ref;
+        const float alpha = rescale_factor(fa_softmax_step(
+            &mrow[mi][hr], row_max(s[mi], hr, mrow[mi][hr]), mul, &ref));
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < NS; n++)
 #pragma unroll
           for (int e = 0; e < 2; e++) {
-            const float pe = ex2(fmaf(s[mi][n][2 * hr + e], mul, -ref));
+            const float pe =
+                ex2(fa_softmax_exponent(s[mi][n][2 * hr + e], mul, ref));
             s[mi][n][2 * hr + e] = pe;
             sum += pe;
           }
@@ -494,10 +474,10 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       uint32_t a[MT][4];
 #pragma unroll
       for (int mi = 0; mi < MT; mi++) {
-        a[mi][0] = ops<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-        a[mi][1] = ops<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-        a[mi][2] = ops<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-        a[mi][3] = ops<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        a[mi][0] = pack2<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = pack2<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = pack2<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = pack2<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int np = 0; np < D / 16; np++) {
@@ -526,16 +506,18 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       const int r = wrow0 + mi * 16 + g + 8 * hr;
       if (r >= lanes) continue;
       const int i = row0 + r / pack, h = h0 + r % pack;
-      const float mref = row_ref(mrow[mi][hr], mul);
-      const float m_nat = mrow[mi][hr] == -INFINITY ? -INFINITY : mref * kLn2;
+      // The row's reference (fa_softmax_step's) in natural units.
+      const float m_nat = mrow[mi][hr] == -INFINITY
+                              ? -INFINITY
+                              : fa_mul_rn(mrow[mi][hr], mul) * kLn2;
       if (p.num_splits == 1) {
         float lse;
-        const float f = fa_gpu_finalize_sinks(m_nat, l, p.sinks, h, &lse);
+        const float f = fa_softmax_finalize_sinks(m_nat, l, p.sinks, h, &lse);
         T *dst = go + fa_gpu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
           *reinterpret_cast<uint32_t *>(dst + n * 8) =
-              ops<T>::pack(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
+              pack2<T>(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
         if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
       } else {
         const int64_t at = w * BQ + r;

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   // Keys of this work item: the plan's kv blocks, this split's share.
   int kb0, kb1, s0, s1;
   fa_gpu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
-  fa_gpu_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
+  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int jbeg = s0 * p.block_k;
   const int jend = min(s1 * p.block_k, sk);
 
@@ -188,26 +188,20 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
         x[rr] = j >= lo && j < hi && j < jend
                     ? fa_gpu_transform(&p, p.scale * s[rr], h, i, j, shift)
                     : -INFINITY;
-        mloc = fmaxf(mloc, x[rr]);
+        mloc = fa_max_nan(mloc, x[rr]);
       }
-      // Online softmax (fa_softmax_update): max, rescale, exp, sum.
-      mloc = fmaxf(mloc, fa_gpu_shfl_xor(mloc, 32));
-      const float mnew = fmaxf(m, mloc);
-      float alpha = 1.0f, lsum = 0.0f;
-      if (mnew != -INFINITY) {
-        alpha = expf(m - mnew); // 0 when m was -inf
+      // The core's step (fa_softmax_step, natural base): max, rescale,
+      // exp, sum; an all-masked block leaves the state unchanged.
+      mloc = fa_max_nan(mloc, fa_gpu_shfl_xor(mloc, 32));
+      float ref, lsum = 0.0f;
+      const float alpha = expf(fa_softmax_step(&m, mloc, 1.0f, &ref));
 #pragma unroll
-        for (int rr = 0; rr < 16; rr++) {
-          x[rr] = expf(x[rr] - mnew); // masked: exp(-inf) = 0
-          lsum += x[rr];
-        }
-      } else {
-#pragma unroll
-        for (int rr = 0; rr < 16; rr++) x[rr] = 0.0f;
+      for (int rr = 0; rr < 16; rr++) {
+        x[rr] = expf(fa_softmax_exponent(x[rr], 1.0f, ref)); // masked: 0
+        lsum += x[rr];
       }
       lsum += fa_gpu_shfl_xor(lsum, 32);
       l = l * alpha + lsum;
-      m = mnew;
 #pragma unroll
       for (int u = 0; u < kTilesV; u++)
 #pragma unroll
@@ -239,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   if (!active) return; // no barrier follows
   if (p.num_splits == 1) {
     float lse;
-    const float f = fa_gpu_finalize_sinks(m, l, p.sinks, h, &lse);
+    const float f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
     typename T::storage *out = (typename T::storage *)p.o.data;
     const int64_t off = fa_gpu_q_offset(&p, &p.o, b, i, h);
 #pragma unroll

@@ -48,7 +48,6 @@
 #ifndef FA_CUDA_SM90_FWD_CUH
 #define FA_CUDA_SM90_FWD_CUH
 
-#include <cuda.h> // CUtensorMap and the encoder's types; libcuda is not linked
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -58,11 +57,17 @@
 
 #include <type_traits>
 
+#include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma_sync.cuh"
 #include "flashattn.h"
 #include "gpu_semantics.h"
 #include "sm90_wgmma.h"
+#include "softmax.h"
 
 namespace fa_sm90 {
+
+using namespace fa_cuda; // PTX, TMA and wgmma helpers (backends/cuda/common)
 
 template <int D> struct tile;
 #define FA_SM90_TILE(d, bm, bn, st)                                            \
@@ -80,104 +85,6 @@ template <int D> struct tile;
 constexpr int kProducerRegs = 24;
 template <int NC> __host__ __device__ constexpr int consumer_regs() {
   return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
-}
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-
-/* ---- PTX wrappers -----------------------------------------------------------
- */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n.reg .pred p;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-
-/* One TMA box of a 4-d tensor map into shared memory, completing on bar. */
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map,
-                                         uint32_t bar, int c0, int c1, int c2,
-                                         int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
-      "complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-      "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-/* Wait until at most N committed groups are pending (groups complete in
-   order). */
-template <int N> __device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Pins registers at this point of the program: the compiler may not move
-   their reads or writes across it (wgmma reads and writes them behind its
-   back between issue and wait). */
-template <int N> __device__ __forceinline__ void pin(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> __device__ __forceinline__ void pin(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) asm volatile("" : "+r"(r[i][e])::"memory");
-}
-
-/* wgmma shared-memory descriptor, 128-byte swizzle (layout type 1). */
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo,
-                                               uint32_t sbo) {
-  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
-         ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
 }
 
 /* ---- the kernel
@@ -413,26 +320,27 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
+        // The core's step (fa_softmax_step) in the exp2 domain, on this
+        // thread's fragment of the row, with the max NaN-sticky.
         float m = mrow[hr];
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
-          m = fmaxf(m, fmaxf(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
-        m = fmaxf(m, __shfl_xor_sync(~0u, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(~0u, m, 2));
-        const float ref = m == -INFINITY ? 0.0f : m * mul;
-        // Exactly 1 while the maximum stands: mrow * mul - ref contracts
-        // to an FMA whose result is the rounding error of ref, not 0, and
-        // 2^that, applied at every block, drifted l and O by ~1e-7 per
-        // block (LSE off by 2e-5 after 2^20 keys; cuda.large).
-        alpha[hr] = m == mrow[hr] ? 1.0f : ex2(mrow[hr] * mul - ref);
-        mrow[hr] = m;
+          m = fa_max_nan(
+              m, fa_max_nan(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
+        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
+        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
+        float ref;
+        const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref);
+        // Exactly 1 while the maximum stands (ex2.approx need not give 1
+        // at 0): no drift of l and O block after block.
+        alpha[hr] = ae == 0.0f ? 1.0f : ex2(ae);
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
           for (int e = 0; e < 2; e++) {
             float &v = sc[4 * j + 2 * hr + e];
-            v = ex2(fmaf(v, mul, -ref));
+            v = ex2(fa_softmax_exponent(v, mul, ref));
             sum += v;
           }
         lrow[hr] = lrow[hr] * alpha[hr] + sum;
@@ -579,10 +487,11 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       const int r = rbase + 8 * hr;
       if (r >= nrows) continue;
       const int i = t.row0 + r;
+      // The row's reference (fa_softmax_step's) in natural units.
       const float m_nat =
-          mrow[hr] == -INFINITY ? -INFINITY : mrow[hr] * mul * kLn2;
+          mrow[hr] == -INFINITY ? -INFINITY : fa_mul_rn(mrow[hr], mul) * kLn2;
       float lse;
-      const float f = fa_gpu_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
+      const float f = fa_softmax_finalize_sinks(m_nat, l, p.sinks, t.h, &lse);
       T *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NO; n++)
@@ -593,64 +502,6 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
       if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, t.b, t.h, i)] = lse;
     }
   }
-}
-
-/* ---- host side: tensor maps and the launch
- * ------------------------------------ */
-
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType,
-                                    cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *,
-                                    const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                    CUtensorMapFloatOOBfill);
-
-/* The driver's cuTensorMapEncodeTiled, found through the runtime (the
-   module must load where no driver exists, so libcuda is never linked). */
-static encode_tiled_fn encoder() {
-  static encode_tiled_fn fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                         cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return (encode_tiled_fn) nullptr;
-    }
-    return (encode_tiled_fn)f;
-  }();
-  return fn;
-}
-
-/* A [batch][rows][heads][D] view (element strides) as a 4-d tensor map of
-   boxes {64 columns, box_rows rows, 1 head, 1 batch}. Returns 0 when the
-   copy engine cannot address it (alignment, stride limits). */
-static int make_map(CUtensorMap *m, const fa_gpu_view &v, int dtype, int d,
-                    int64_t rows, int heads, int batch, int box_rows) {
-  encode_tiled_fn enc = encoder();
-  if (!enc) return 0;
-  const int64_t es = 2;
-  const int64_t ss = v.ss * es, sh = v.sh * es;
-  const int64_t sb = batch > 1 ? v.sb * es : rows * ss; // one-batch: unused
-  const int64_t lim = (int64_t)1 << 40;
-  if ((uintptr_t)v.data % 16 || ss % 16 || sh % 16 || sb % 16 || ss <= 0 ||
-      sh <= 0 || sb <= 0 || ss >= lim || sh >= lim || sb >= lim || rows < 1 ||
-      rows > 0xFFFFFFFFll)
-    return 0;
-  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)rows, (cuuint64_t)heads,
-                        (cuuint64_t)batch};
-  cuuint64_t strides[3] = {(cuuint64_t)ss, (cuuint64_t)sh, (cuuint64_t)sb};
-  cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
-  cuuint32_t step[4] = {1, 1, 1, 1};
-  CUresult r =
-      enc(m,
-          dtype == FA_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          4, v.data, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
 }
 
 template <int D> constexpr int smem_bytes() {

@@ -30,9 +30,10 @@
 // reads step t's for dQ; step t + 2 reuses t's buffer after barrier t + 1,
 // which both pass only once done with step t.
 //
-// Shared-memory tiles use the sm90 forward's layout (sm90_fwd.cuh): 128-byte
-// column blocks, 128-byte hardware swizzle; K, Q, dO, dS as K-major
-// operands, dO, Q (for dV, dK) and K (for dQ) as MN-major B operands.
+// Shared-memory tiles use the sm90 forward's layout (sm90_fwd.cuh,
+// common/tma.cuh): 128-byte column blocks, 128-byte hardware swizzle; K, Q, dO,
+// dS as K-major operands, dO, Q (for dV, dK) and K (for dQ) as MN-major B
+// operands.
 //
 // Semantics as sm80_bwd.cuh: keys past a sequence's end (and q rows past
 // it, in varlen the next sequence's) are zeroed in shared memory, so that
@@ -42,10 +43,23 @@
 #ifndef FA_CUDA_SM90_BWD_CUH
 #define FA_CUDA_SM90_BWD_CUH
 
-#include "sm80_bwd.cuh" // bwd_dq_store: the accumulator -> dq conversion
-#include "sm90_fwd.cuh" // PTX wrappers, tensor maps
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/dq_store.cuh" // the accumulator -> dq conversion
+#include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma_sync.cuh"
+#include "flashattn.h"
+#include "gpu_semantics.h"
+#include "sm90_wgmma.h"
 
 namespace fa_sm90 {
+
+using namespace fa_cuda; // PTX, TMA and wgmma helpers (backends/cuda/common)
 
 constexpr int kBwdKeys = 128; // two warpgroups x 64 keys
 constexpr int kBwdSlots = 3;  // Q/dO/LSE/D ring (see the header)
@@ -444,11 +458,7 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
     bwd_kernel<T, D>
         <<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
-  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
-  if (n > 0)
-    fa_sm80::bwd_dq_store<T, D>
-        <<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
-  return (int)cudaGetLastError();
+  return fa_cuda::launch_dq_store<T, D>(p, dq_acc, s);
 }
 
 } // namespace fa_sm90

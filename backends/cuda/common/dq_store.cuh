@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// The tensor-core backwards' last step (sm80 and sm90): dQ, accumulated in
+// fp32 by reductions from every key block, converted to the output dtype
+// and stored for the real query rows only.
+#ifndef FA_CUDA_COMMON_DQ_STORE_CUH
+#define FA_CUDA_COMMON_DQ_STORE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "common/ptx.cuh"
+#include "gpu_params.h"
+#include "gpu_semantics.h"
+
+namespace fa_cuda {
+
+/* dq = the fp32 accumulator, in the output dtype, rows of real queries. */
+template <typename T, int D>
+__global__ void __launch_bounds__(256)
+    bwd_dq_store(const __grid_constant__ fa_gpu_params p, const float *dq_acc) {
+  const int64_t idx = (int64_t)blockIdx.x * 256 + threadIdx.x;
+  const int64_t n = (int64_t)p.batch * p.seqlen_q * p.heads_q * (D / 2);
+  if (idx >= n) return;
+  const int d = (int)(idx % (D / 2)) * 2;
+  const int h = (int)(idx / (D / 2) % p.heads_q);
+  const int i = (int)(idx / (D / 2) / p.heads_q % p.seqlen_q);
+  const int b = (int)(idx / (D / 2) / p.heads_q / p.seqlen_q);
+  if (i >= fa_gpu_len_q(&p, b)) return;
+  const float *src =
+      dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + d;
+  T *dst = (T *)p.dq.data + fa_gpu_q_offset(&p, &p.dq, b, i, h) + d;
+  *reinterpret_cast<uint32_t *>(dst) = pack2<T>(src[0], src[1]);
+}
+
+/* Launches bwd_dq_store over every (row, head, column pair) after the key
+   blocks' reductions (an empty problem launches nothing); returns the
+   cudaError_t of the launch. */
+template <typename T, int D>
+int launch_dq_store(const fa_gpu_params *p, const float *dq_acc,
+                    cudaStream_t s) {
+  const int64_t n = (int64_t)p->batch * p->seqlen_q * p->heads_q * (D / 2);
+  if (n > 0)
+    bwd_dq_store<T, D><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*p, dq_acc);
+  return (int)cudaGetLastError();
+}
+
+} // namespace fa_cuda
+
+#endif

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: MIT
+// The sm90 kernels' host glue, part of the CUDA module's one host
+// translation unit (cuda_backend.c includes it after the shared helpers and
+// sm80/sm80_host.h): the compiled instantiations, admission (compute
+// capability 9.0, what the copy engine can address), score, plan, the
+// launches and the kernel rows.
+//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
+//       TMA, warp specialisation), head_dim == head_dim_v, not paged,
+//       tensors the copy engine can address; d64/d128 also the backward
+//       (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score 30;
+//       10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
+//       blocks than SMs): the sm80 tiles pack GQA heads and split the keys.
+#ifndef FA_CUDA_SM90_HOST_H
+#define FA_CUDA_SM90_HOST_H
+
+#include "sm80/sm80_tiles.h" // the score compares with the sm80 plan
+#include "sm90_tiles.h"
+
+/* The sm90 forward (90a built, head dims 64/128/256 of FA_CUDA_HEAD_DIMS).
+   Launchers return a cudaError_t, or -1 when the copy engine cannot
+   address the tensors (nothing launched). */
+#define FA_SM90_INST(t, d)                                                     \
+  int fa_sm90_fwd_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,           \
+                             int64_t rows_k, int sms, int serial,              \
+                             void *stream);
+#include "sm90_instances.h"
+#undef FA_SM90_INST
+
+typedef int (*fa_sm90_fwd_fn)(const fa_gpu_params *p, int64_t rows_q,
+                              int64_t rows_k, int sms, int serial,
+                              void *stream);
+typedef struct sm90_instance {
+  fa_dtype dtype;
+  int dim;
+  fa_sm90_fwd_fn launch;
+} sm90_instance;
+
+static const sm90_instance sm90_instances[] = {
+#define FA_SM90_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_fwd_##t##_d##d},
+#include "sm90_instances.h"
+#undef FA_SM90_INST
+    {FA_F32, 0, NULL}};
+
+static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim) {
+  for (const sm90_instance *i = sm90_instances; i->launch; i++)
+    if (i->dtype == dtype && i->dim == dim) return i->launch;
+  return NULL;
+}
+
+/* The sm90 backward (d64/d128), same return convention. */
+#define FA_SM90_BWD_INST(t, d)                                                 \
+  int fa_sm90_bwd_##t##_d##d(const fa_gpu_params *p, float *dq_acc,            \
+                             int64_t rows_q, int64_t rows_k, void *stream);
+#include "sm90_bwd_instances.h"
+#undef FA_SM90_BWD_INST
+
+typedef int (*fa_sm90_bwd_fn)(const fa_gpu_params *p, float *dq_acc,
+                              int64_t rows_q, int64_t rows_k, void *stream);
+typedef struct sm90_bwd_instance {
+  fa_dtype dtype;
+  int dim;
+  fa_sm90_bwd_fn launch;
+} sm90_bwd_instance;
+
+static const sm90_bwd_instance sm90_bwd_instances[] = {
+#define FA_SM90_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_bwd_##t##_d##d},
+#include "sm90_bwd_instances.h"
+#undef FA_SM90_BWD_INST
+    {FA_F32, 0, NULL}};
+
+static fa_sm90_bwd_fn sm90_bwd_find(fa_dtype dtype, int dim) {
+  for (const sm90_bwd_instance *i = sm90_bwd_instances; i->launch; i++)
+    if (i->dtype == dtype && i->dim == dim) return i->launch;
+  return NULL;
+}
+
+/* ---- admission ----------------------------------------------------------- */
+
+/* Whether the sm90 launchers' tensor maps can describe tensor t of `rows`
+   storage rows (per batch, or all of them when varlen) and `heads` heads:
+   the conditions of make_map (common/tma.cuh) on 16-bit elements. */
+static int tma_ok(const char *name, const fa_tensor *t, int64_t rows, int heads,
+                  int batch, char *why, size_t len) {
+  const int64_t ss = t->stride_seq * 2, sh = t->stride_head * 2;
+  const int64_t sb = batch > 1 ? t->stride_batch * 2 : rows * ss;
+  const int64_t lim = (int64_t)1 << 40;
+  const char *bad = NULL;
+  if ((uintptr_t)t->data % 16 || ss % 16 || sh % 16 || sb % 16)
+    bad = "a stride or the data is not 16-byte aligned";
+  else if (ss <= 0 || sh <= 0 || sb <= 0)
+    bad = "a stride is 0";
+  else if (ss >= lim || sh >= lim || sb >= lim)
+    bad = "a stride is 2^40 bytes or more";
+  else if (rows < 1 || rows > 0xFFFFFFFFll)
+    bad = "no storage rows, or 2^32 or more";
+  (void)heads;
+  if (!bad) return 1;
+  (void)snprintf(why, len, "the copy engine cannot address %s (%s)", name, bad);
+  return 0;
+}
+
+static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
+  const fa_layout *l = q->layout;
+  if (!l) return 1; // contiguous BSHD (fa_explain)
+  const fa_problem *p = q->problem;
+  const fa_attention *a = &p->a;
+  const int bq = p->varlen_q ? 1 : a->batch, bk = p->varlen_k ? 1 : a->batch;
+  const int64_t rq = p->varlen_q ? p->rows_q : a->seqlen_q;
+  const int64_t rk = p->varlen_k ? p->rows_k : a->seqlen_k;
+  if (!tma_ok("q", &l->q, rq, a->heads_q, bq, why, len) ||
+      !tma_ok("k", &l->k, rk, a->heads_kv, bk, why, len) ||
+      !tma_ok("v", &l->v, rk, a->heads_kv, bk, why, len))
+    return 0;
+  if (l->op == FA_OP_BACKWARD &&
+      !tma_ok("do", &l->d_o, rq, a->heads_q, bq, why, len))
+    return 0;
+  return 1;
+}
+
+static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
+                         size_t len) {
+  const fa_problem *p = q->problem;
+  const int bwd = is_backward(q);
+  if (!tc_shape_ok(k, q, why, len)) return 0;
+  int cc = query_cc(q);
+  if (cc != 90) {
+    (void)snprintf(why, len,
+                   "device %d has compute capability %d.%d; this "
+                   "kernel is sm_90a",
+                   query_device(q), cc / 10, cc % 10);
+    return 0;
+  }
+  int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
+                  : sm90_find(k->dtype, k->dim) != NULL;
+  if (!built) {
+    (void)snprintf(why, len,
+                   "not compiled in this build (90a, "
+                   "FA_CUDA_HEAD_DIMS)");
+    return 0;
+  }
+  if (p->paged) {
+    (void)snprintf(why, len,
+                   "paged KV (the sm80 kernels read the block table)");
+    return 0;
+  }
+  if (p->a.seqlen_k == 0) {
+    (void)snprintf(why, len,
+                   "seqlen_k 0 (a TMA map needs rows; the sm80 "
+                   "kernels take an empty cache)");
+    return 0;
+  }
+  if (!probed_tma) {
+    (void)snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
+    return 0;
+  }
+  if (bwd && !tc_backward_ok(p, why, len)) return 0;
+  return sm90_layout_ok(q, why, len);
+}
+
+/* Whether the sm80 plan of the problem splits the keys with fewer q blocks
+   of 128 rows than SMs: the sm80 tiles then beat the unsplit sm90 one. */
+static int sm80_splits(const kdesc *k, const fa_kernel_query *q) {
+  const fa_cuda_tile *t = fa_cuda_tile_of(0, k->dim);
+  if (!t) return 0;
+  fa_plan_data plan;
+  fa_cuda_sm80_plan(q->problem, t, query_units(q), &plan);
+  const fa_attention *a = &q->problem->a;
+  int64_t items = (int64_t)a->batch * a->heads_q * ((a->seqlen_q + 127) / 128);
+  return plan.num_splits > 1 && items < query_units(q);
+}
+
+static int sm90_score(const kdesc *k, const fa_kernel_query *q) {
+  if (is_backward(q)) return 30;
+  // Decode and split-KV shapes: a 128-row tile would be mostly padding,
+  // or leave SMs idle (the sm80 tiles pack GQA heads, split the keys).
+  return q->problem->a.seqlen_q < 64 || sm80_splits(k, q) ? 10 : 30;
+}
+
+static fa_status sm90_plan(const kdesc *k, const char *name,
+                           const fa_kernel_query *q, fa_plan_data *d) {
+  const fa_problem *p = q->problem;
+  fa_status s = FA_OK;
+  memset(d, 0, sizeof *d);
+  if (is_backward(q)) {
+    // One CTA per 128 keys; q rows per step as sm90_bwd.cuh's bwd_rows().
+    s = tc_backward_plan(p, k->dim == 64 ? 128 : 64, name, d);
+  } else {
+    const fa_cuda_sm90_tile *t = fa_cuda_sm90_tile_of(k->dim);
+    if (!t)
+      return core->fail(FA_ERR_BACKEND, "%s: no sm90_tiles.def row for d%d",
+                        name, k->dim);
+    fa_gpu_fixed_plan(p, t->block_m, t->block_n, d);
+  }
+  if (!s) s = plan_reserve(q, d->workspace_bytes);
+  if (!s) log_plan(name, d);
+  return s;
+}
+
+/* ---- launches ------------------------------------------------------------ */
+
+/* The sm90 launchers' -1: the driver refused a tensor map that supports()
+   judged encodable. */
+static fa_status tma_refused(const char *name) {
+  return core->fail(FA_ERR_BACKEND,
+                    "%s: %s: cuTensorMapEncodeTiled refused "
+                    "a tensor that supports() accepted (strides %s)",
+                    BACKEND_NAME, name, "or sizes");
+}
+
+static fa_status fwd_sm90(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_fwd_args *a) {
+  gpu_state *st = state;
+  char name[48];
+  kernel_name("sm90", p, name, sizeof name);
+  fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim);
+  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_gpu_params q; // the launcher sets its geometry (the plan's, too)
+  fa_gpu_fill_forward(&q, p, plan, a);
+  int err = fn(&q, p->rows_q, p->rows_k, st->units,
+               config("FA_SM90_SERIAL") != 0, st->stream);
+  return err == -1 ? tma_refused(name) : launched(err, name);
+}
+
+static fa_status bwd_sm90(void *state, const fa_problem *p,
+                          const fa_plan_data *plan, const fa_bwd_args *a) {
+  char name[48];
+  kernel_name("sm90", p, name, sizeof name);
+  fa_sm90_bwd_fn fn = sm90_bwd_find(p->dtype, p->a.head_dim);
+  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: no backward", name);
+  fa_gpu_params q;
+  float *dq_acc;
+  fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
+  if (s) return s;
+  int err = fn(&q, dq_acc, p->rows_q, p->rows_k, ((gpu_state *)state)->stream);
+  return err == -1 ? tma_refused(name) : launched(err, name);
+}
+
+/* ---- the kernel rows (cuda_backend.c's table lists them in this order) ----
+ */
+
+// clang-format off
+#define FA_SM90_ROWS(ROW)                                                      \
+  ROW(bf16, 128, bwd_sm90) ROW(f16, 128, bwd_sm90)                             \
+  ROW(bf16, 64, bwd_sm90)  ROW(f16, 64, bwd_sm90)                              \
+  ROW(bf16, 256, NULL)     ROW(f16, 256, NULL)
+
+#define FA_SM90_FNS(t, d, bwd)                                                 \
+  KERNEL_FNS(sm90_##t##_d##d, sm90, 0, t, d, "cuda.sm90." #t ".d" #d)
+FA_SM90_ROWS(FA_SM90_FNS)
+
+#define FA_SM90_ENTRY(t, d, bwd)                                               \
+  ENTRY(sm90_##t##_d##d, "cuda.sm90." #t ".d" #d, fwd_sm90, bwd),
+// clang-format on
+
+#endif
