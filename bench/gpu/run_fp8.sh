@@ -8,7 +8,9 @@
 #
 #   STEPS="build sass xval bench" bench/gpu/run_fp8.sh     (the default)
 # Each step fits one device call (< 10 min); logs under OUT_DIR (default
-# $OUT, else build-fp8/run). The last lines are a short summary.
+# $OUT, else build-fp8/run). The last lines are a short summary. The sm90
+# FP8 kernels (cuda.sm90.e4m3.d128, cuda.sm90.e5m2.d128) are on branch
+# fp8-sm90-wgmma; where they are not compiled in, their steps SKIP (77).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-fp8}
