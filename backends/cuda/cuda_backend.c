@@ -26,9 +26,11 @@
 // FA_ERR_OUT_OF_MEMORY) with the CUDA error's name and text.
 //
 // Every kernel declines what no GPU kernel implements yet, with the reason
-// (fa_gpu_features_ok: an output dtype other than the input's, descales,
-// per-sequence positions, the accumulating backward, dsinks), and takes
-// explicit positions given as one offset (q_position, k_position).
+// (fa_gpu_positions_modes_ok: per-sequence positions, the accumulating
+// backward, dsinks), and takes explicit positions given as one offset
+// (q_position, k_position). The tensor-core kernels also decline an output
+// dtype other than the input's and descales (fa_gpu_plain_io_ok), which
+// cuda.generic's forward takes, FP8 inputs included.
 //
 // Kernels (dispatch takes the highest score among those that accept),
 // each arch's glue beside its kernels:
@@ -37,7 +39,9 @@
 //   cuda.sm80.*          sm80/sm80_host.h (20)
 //   cuda.generic  every problem with head dims <= 256, forward and backward
 //       (backends/gpu/generic_kernels.h, the same source as the HIP
-//       module's hip.generic; fixed summation order, no atomics). Score 0.
+//       module's hip.generic; fixed summation order, no atomics); the
+//       forward also FP8 (e4m3, e5m2) inputs, descales and any output
+//       dtype. Score 0.
 // Switches (core/config.h, read through the core):
 //   FA_CUDA_DETERMINISTIC=1  the tensor-core backwards decline (they add dQ
 //                            atomically): cuda.generic's backward, bitwise

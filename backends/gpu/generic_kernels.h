@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The portable generic kernels: correct for every problem the API can
-// express (fp32/fp16/bf16, head dims up to 256, head_dim_v != head_dim,
+// express (fp32/fp16/bf16; FP8 inputs, descales and any output dtype in the
+// forward; head dims up to 256, head_dim_v != head_dim,
 // every mask, softcap, ALiBi, sinks, GQA, varlen, seqused_k, paged KV,
 // split-KV), written for clarity: one wavefront per query row (forward, dQ)
 // or per key row (dK/dV), lanes over keys for the dot products and over
@@ -25,6 +26,7 @@
 
 #include "compat.h"
 #include "gpu_semantics.h"
+#include "input_decode.h"
 
 namespace fa_gpu_generic {
 
@@ -36,10 +38,13 @@ FA_GPU_DEVICE const typename T::storage *cptr(const fa_gpu_view &t) {
   return (const typename T::storage *)t.data;
 }
 
+/* A row of n elements to fp32, each times `scale` (a descale; 1 keeps it
+   as it is). */
 template <typename T>
 FA_GPU_DEVICE void load_row(float *dst, const typename T::storage *base,
-                            int64_t off, int n, int lane) {
-  for (int c = lane; c < n; c += FA_GPU_WARP) dst[c] = T::load(base + off + c);
+                            int64_t off, int n, int lane, float scale = 1.0f) {
+  for (int c = lane; c < n; c += FA_GPU_WARP)
+    dst[c] = T::load(base + off + c) * scale;
 }
 
 FA_GPU_DEVICE float ld_any(const void *base, int dtype, int64_t i) {
@@ -62,8 +67,12 @@ FA_GPU_DEVICE void store_row(const fa_gpu_params &p, int b, int h, int i,
   if (p.lse && lane == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
 }
 
-/* ---- forward: one work item per workgroup, one lane row per wavefront ---- */
-template <typename T>
+/* ---- forward: one work item per workgroup, one lane row per wavefront ----
+   Inputs of tag TI (any input dtype), each element decoded and times its
+   tensor's descale in fp32 as the header says (the products are the
+   semantics, so a descale that overflows an element gives inf there, as on
+   the CPU); O stored as TO. */
+template <typename TI, typename TO>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     fwd(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   extern __shared__ float smem[];
@@ -81,11 +90,14 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
   const int shift = fa_gpu_shift(&p, sq, sk);
   float *qs = smem + warp * D;
-  const typename T::storage *q = cptr<T>(p.q), *k = cptr<T>(p.k),
-                            *v = cptr<T>(p.v);
+  const typename TI::storage *q = cptr<TI>(p.q), *k = cptr<TI>(p.k),
+                             *v = cptr<TI>(p.v);
+  const float dsq = fa_gpu_descale(p.descale_q, p, b, hk);
+  const float dsk = fa_gpu_descale(p.descale_k, p, b, hk);
+  const float dsv = fa_gpu_descale(p.descale_v, p, b, hk);
   for (int r = warp; r < lanes; r += kWarps) {
     const int i = row0 + r / pack, h = h0 + r % pack;
-    load_row<T>(qs, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane);
+    load_row<TI>(qs, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane, dsq);
     fa_gpu_sync_warp();
     int lo, hi;
     fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
@@ -105,7 +117,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
         vof = fa_gpu_k_offset(&p, &p.v, b, j, hk);
         float dot = 0.0f;
         if (kof >= 0)
-          for (int c = 0; c < D; c++) dot += qs[c] * T::load(k + kof + c);
+          for (int c = 0; c < D; c++)
+            dot += qs[c] * (TI::load(k + kof + c) * dsk);
         s = fa_gpu_transform(&p, p.scale * dot, h, i, j, shift);
       }
       // The core's step (fa_softmax_step, natural base); every key of
@@ -125,13 +138,13 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 #pragma unroll
         for (int u = 0; u < kCols; u++) {
           const int c = lane + FA_GPU_WARP * u;
-          if (c < DV) acc[u] += pp * T::load(v + vo + c);
+          if (c < DV) acc[u] += pp * (TI::load(v + vo + c) * dsv);
         }
       }
     }
     if (p.num_splits == 1) {
       float lse, f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
-      store_row<T>(p, b, h, i, acc, f, lse, lane);
+      store_row<TO>(p, b, h, i, acc, f, lse, lane);
     } else {
       const int64_t at = w * p.block_q + r;
       if (lane == 0) {
@@ -149,8 +162,9 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 }
 
 /* Merge the splits of one (batch, head unit, q block), row by row, in split
-   order. Grid: (work / splits, ceil(block_q / kWarps)). Shared by every
-   forward kernel that writes split partials in this layout. */
+   order, into O of tag T (the output dtype). Grid: (work / splits,
+   ceil(block_q / kWarps)). Shared by every forward kernel that writes split
+   partials in this layout. */
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     combine(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
@@ -487,6 +501,14 @@ inline unsigned grid_of(int64_t warps) {
   return (unsigned)((warps + kWarps - 1) / kWarps);
 }
 
+template <typename TI, typename TO>
+void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
+  const size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;
+  auto *kernel = fwd<TI, TO>;
+  FA_GPU_LAUNCH(kernel, (unsigned)p->num_work, kWarps * FA_GPU_WARP, smem,
+                stream, *p);
+}
+
 } // namespace fa_gpu_generic
 
 /* The extern "C" launchers prefix_fwd_generic ... prefix_merge that
@@ -496,18 +518,17 @@ inline unsigned grid_of(int64_t warps) {
   extern "C" int prefix##_fwd_generic(const fa_gpu_params *p, void *stream) {  \
     using namespace fa_gpu_generic;                                            \
     if (p->num_work <= 0) return 0;                                            \
-    size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;                \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
-                        FA_GPU_LAUNCH(fwd<T>, (unsigned)p->num_work,           \
-                                      kWarps *FA_GPU_WARP, smem,               \
-                                      (fa_gpu_stream)stream, *p));             \
+    FA_GPU_INPUT_SWITCH(                                                       \
+        p->dtype, TI,                                                          \
+        FA_GPU_DTYPE_SWITCH(p->dtype_out, TO,                                  \
+                            fwd_launch<TI, TO>(p, (fa_gpu_stream)stream)));    \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
   extern "C" int prefix##_combine(const fa_gpu_params *p, void *stream) {      \
     using namespace fa_gpu_generic;                                            \
     dim3 grid((unsigned)(p->num_work / p->num_splits),                         \
               (unsigned)((p->block_q + kWarps - 1) / kWarps));                 \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+    FA_GPU_DTYPE_SWITCH(p->dtype_out, T,                                       \
                         FA_GPU_LAUNCH(combine<T>, grid, kWarps *FA_GPU_WARP,   \
                                       0, (fa_gpu_stream)stream, *p));          \
     return (int)fa_gpu_get_last_error();                                       \

@@ -25,6 +25,11 @@ static inline fa_gpu_view fa_gpu_view_of(const fa_tensor *t) {
   return v;
 }
 
+static inline fa_gpu_descale_ref fa_gpu_descale_of(const fa_tensor *t) {
+  fa_gpu_descale_ref d = {t->descale, t->descale_per_head};
+  return d;
+}
+
 /* The problem part: core's fa_problem, defaults resolved. */
 static inline void fa_gpu_fill_problem(fa_gpu_params *q, const fa_problem *p) {
   const fa_attention *a = &p->a;
@@ -46,6 +51,7 @@ static inline void fa_gpu_fill_problem(fa_gpu_params *q, const fa_problem *p) {
   q->varlen_k = p->varlen_k;
   q->paged = p->paged;
   q->dtype = (int)p->dtype;
+  q->dtype_out = (int)p->dtype_out;
   q->alibi_slopes = a->alibi_slopes;
   q->sinks = a->sinks;
   q->cu_seqlens_q = a->cu_seqlens_q;
@@ -86,6 +92,9 @@ static inline void fa_gpu_fill_forward(fa_gpu_params *q, const fa_problem *p,
   q->k = fa_gpu_view_of(&a->k);
   q->v = fa_gpu_view_of(&a->v);
   q->o = fa_gpu_view_of(&a->o);
+  q->descale_q = fa_gpu_descale_of(&a->q);
+  q->descale_k = fa_gpu_descale_of(&a->k);
+  q->descale_v = fa_gpu_descale_of(&a->v);
   q->lse = a->lse;
 }
 
@@ -158,36 +167,46 @@ static inline const char *fa_gpu_dtype_name(fa_dtype t) {
   return "?";
 }
 
-/* The 0.2 features no GPU kernel implements yet, declined with a reason by
-   every kernel's supports() (so dispatch says why, and nothing runs a
-   problem it would get wrong): an output dtype other than the input's,
-   descales, per-sequence positions, the accumulating backward and dsinks.
-   Explicit positions without per-sequence arrays are one diagonal offset
-   for every sequence, which the kernels take (fa_gpu_params.shift) while
-   |offset| + the longer length stays below 2^31 (their row arithmetic is
-   32-bit, as it is for the aligned offset sk - sq). */
-static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
+/* Inputs and outputs as the tensor-core kernels take them: the output
+   dtype is the input's and no input has a descale (the generic forward
+   takes both: fa_gpu_generic_supports). */
+static inline int fa_gpu_plain_io_ok(const fa_kernel_query *kq, char *why,
                                      size_t len) {
   const fa_problem *p = kq->problem;
-  const fa_attention *a = &p->a;
   const fa_layout *l = kq->layout;
   const int bwd = l && l->op == FA_OP_BACKWARD;
   fa_dtype out = l ? l->o.dtype : p->dtype_out;
   if (p->dtype_out != p->dtype || out != p->dtype) {
     (void)snprintf(
         why, len,
-        "output dtype %s differs from the input dtype %s (the "
-        "GPU kernels write o%s in the input dtype)",
+        "output dtype %s differs from the input dtype %s (this "
+        "kernel writes o%s in the input dtype)",
         fa_gpu_dtype_name(p->dtype_out != p->dtype ? p->dtype_out : out),
         fa_gpu_dtype_name(p->dtype), bwd ? " and the gradients" : "");
     return 0;
   }
   if (p->descaled || (l && (l->q.descale || l->k.descale || l->v.descale))) {
     (void)snprintf(why, len,
-                   "descales (the GPU kernels read q, k and v as they "
+                   "descales (this kernel reads q, k and v as they "
                    "are)");
     return 0;
   }
+  return 1;
+}
+
+/* The 0.2 features no GPU kernel implements yet, declined with a reason by
+   every kernel's supports() (so dispatch says why, and nothing runs a
+   problem it would get wrong): per-sequence positions, the accumulating
+   backward and dsinks. Explicit positions without per-sequence arrays are
+   one diagonal offset for every sequence, which the kernels take
+   (fa_gpu_params.shift) while |offset| + the longer length stays below
+   2^31 (their row arithmetic is 32-bit, as it is for the aligned offset
+   sk - sq). */
+static inline int fa_gpu_positions_modes_ok(const fa_kernel_query *kq,
+                                            char *why, size_t len) {
+  const fa_problem *p = kq->problem;
+  const fa_attention *a = &p->a;
+  const int bwd = kq->layout && kq->layout->op == FA_OP_BACKWARD;
   if (p->explicit_positions) {
     if (a->q_positions || a->k_positions) {
       (void)snprintf(why, len,
@@ -218,6 +237,14 @@ static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
     return 0;
   }
   return 1;
+}
+
+/* What every tensor-core kernel's supports() checks first: plain inputs and
+   outputs, and the features above. */
+static inline int fa_gpu_features_ok(const fa_kernel_query *kq, char *why,
+                                     size_t len) {
+  return fa_gpu_plain_io_ok(kq, why, len) &&
+         fa_gpu_positions_modes_ok(kq, why, len);
 }
 
 /* Tensor-core kernels copy 16-byte chunks: every tensor and stride of the
@@ -278,19 +305,26 @@ static inline fa_status fa_gpu_grid_fits(const fa_core_services *core,
                     what, (long long)blocks);
 }
 
-/* supports() of the generic kernels: head dims up to FA_GPU_MAX_HEAD_DIM,
-   16/32-bit inputs (the loaders do not call backends/gpu/fp8.h yet). */
+/* supports() of the generic kernels: head dims up to FA_GPU_MAX_HEAD_DIM;
+   the forward takes every input dtype (FP8 decoded by
+   backends/gpu/input_decode.h), descales and any output dtype; the
+   backward reads 16/32-bit inputs without descales and writes the
+   gradients in the input dtype. */
 static inline int fa_gpu_generic_supports(const fa_kernel_query *kq, char *why,
                                           size_t len) {
   const fa_problem *p = kq->problem;
-  if (p->dtype == FA_E4M3 || p->dtype == FA_E5M2) {
-    (void)snprintf(why, len,
-                   "FP8 inputs (%s): the GPU loaders do not decode FP8 "
-                   "yet (the CPU backends do)",
-                   p->dtype == FA_E4M3 ? "e4m3" : "e5m2");
-    return 0;
+  if (kq->layout && kq->layout->op == FA_OP_BACKWARD) {
+    if (p->dtype == FA_E4M3 || p->dtype == FA_E5M2) {
+      (void)snprintf(why, len,
+                     "FP8 inputs (%s) in the backward (the generic GPU "
+                     "backward reads 16/32-bit inputs; the CPU backends "
+                     "run it)",
+                     fa_gpu_dtype_name(p->dtype));
+      return 0;
+    }
+    if (!fa_gpu_plain_io_ok(kq, why, len)) return 0;
   }
-  if (!fa_gpu_features_ok(kq, why, len)) return 0;
+  if (!fa_gpu_positions_modes_ok(kq, why, len)) return 0;
   if (p->a.head_dim > FA_GPU_MAX_HEAD_DIM) {
     (void)snprintf(why, len, "head_dim %d > %d", p->a.head_dim,
                    FA_GPU_MAX_HEAD_DIM);

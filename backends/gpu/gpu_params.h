@@ -15,6 +15,12 @@ typedef struct fa_gpu_view {
   int64_t sb, ss, sh;
 } fa_gpu_view;
 
+/* An input's descale (fa_tensor.descale, a device array): NULL for 1. */
+typedef struct fa_gpu_descale_ref {
+  const float *data;
+  int per_head; // one value per (sequence, kv head), else data[0]
+} fa_gpu_descale_ref;
+
 typedef struct fa_gpu_params {
   // The problem: core's fa_problem with defaults resolved and causal folded
   // into window_right.
@@ -33,17 +39,20 @@ typedef struct fa_gpu_params {
   // (fa_attention.rows_q / rows_k) and the pages of the pool.
   int64_t rows_q, rows_k;
   int num_pages;
-  int dtype; // fa_dtype
+  int dtype;     // fa_dtype of q, k, v
+  int dtype_out; // fa_dtype of o (the input's, except on the kernels that
+                 // say otherwise: the generic forward)
   const float *alibi_slopes, *sinks;
   const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k, *block_table;
   int max_blocks_per_seq, page_size;
 
   // Tensors.
   fa_gpu_view q, k, v, o;
-  fa_gpu_view d_o, dq, dk, dv; // backward only
-  float *lse;                  // forward output, or NULL
-  const float *lse_in;         // backward input
-  float *delta;                // backward scratch: rowsum(dO * O), as lse
+  fa_gpu_descale_ref descale_q, descale_k, descale_v; // forward inputs
+  fa_gpu_view d_o, dq, dk, dv;                        // backward only
+  float *lse;                                         // forward output, or NULL
+  const float *lse_in;                                // backward input
+  float *delta; // backward scratch: rowsum(dO * O), as lse
 
   // The plan.
   int block_q, block_k;         // B_r (query lanes of a tile), B_c
