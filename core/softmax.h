@@ -47,6 +47,15 @@ static inline FA_HD float fa_softmax_exponent(float s, float mul, float ref) {
   return fa_mul_rn(s, mul) - ref;
 }
 
+/* The exponent x = s * mul - lse of a backward's recomputed P, clamped at 0:
+   s <= lse holds in real arithmetic, but s is recomputed by another product
+   order and lse is rounded, so at huge logits (f16 near 65504 at the
+   default scale: |lse| ~ 1e9, ulp 128) x may round above 0, where P would
+   overflow. A NaN stays NaN (the row saw one). */
+static inline FA_HD float fa_backward_exponent(float x) {
+  return x > 0.0f ? 0.0f : x;
+}
+
 /* One online-softmax step of a row, in any exponent base. *m is the running
    maximum of the row's raw scores (-inf: no key yet), blk this block's
    maximum (NaN-sticky: fa_max_nan), mul the factor from a raw score to the

@@ -199,9 +199,9 @@ typedef struct fa_tensor {
  * overflow (16-bit inputs near their maximum), gradients may be non-finite.
  * These non-finite rules hold on the CPU backends (tests/stress). The GPU
  * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply
- * whole tiles of P by V (backward: of P^T and dS^T by dO and Q): a NaN or
- * inf in a V row (backward: also a q or dO row) also reaches the rows of
- * the same tile that cannot see that key (query). Finite
+ * whole tiles of P by V (backward: of P^T and dS^T by dO and Q, of dS by K):
+ * a NaN or inf in a V row (backward: also a q, k or dO row) also reaches the
+ * rows of the same tile that cannot see that key (query). Finite
  * inputs are unaffected, and K/V rows past a sequence's end (varlen,
  * seqused_k) never leak (they are masked and zeroed).
  */

@@ -190,7 +190,9 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
         for (int e = 0; e < 4; e++) {
           const int hr = e >> 1, qc = n * 8 + 2 * t4 + (e & 1), i = r0 + qc;
           const bool vis = i >= qlo[hr] && i < qhi[hr];
-          const float pr = vis ? ex2(fmaf(s[n][e], sl2, -sL_[qc])) : 0.0f;
+          const float pr =
+              vis ? ex2(fa_backward_exponent(fmaf(s[n][e], sl2, -sL_[qc])))
+                  : 0.0f;
           s[n][e] = pr;
           dp[n][e] = pr * (dp[n][e] - sDl_[qc]) * p.scale;
         }

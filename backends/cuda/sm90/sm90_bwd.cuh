@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(256, 1)
         for (int hr = 0; hr < 2; hr++) {
           const bool vis = i >= qlo[hr] && i < qhi[hr];
           float &v = sc[4 * j + 2 * hr + e];
-          v = vis ? ex2(fmaf(v, sl2, -l2)) : 0.0f;
+          v = vis ? ex2(fa_backward_exponent(fmaf(v, sl2, -l2))) : 0.0f;
         }
       }
     wg_wait<0>();
