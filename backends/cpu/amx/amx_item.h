@@ -57,6 +57,11 @@ static void amx_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
 }
 #define FA_KVPACK_ITEM amx_kvpack_item
 
+/* Lanes per pass through the three phases (a multiple of 32). */
+#ifndef FA_AMX_CHUNK
+#define FA_AMX_CHUNK 64
+#endif
+
 /* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
    one step later: the products stream K^T and V from L2 (a block's K^T
    is 64 KiB at d = 128), and a tile load that waits on L2 stalls the
@@ -66,9 +71,10 @@ static inline void amx_prefetch_tile(const void *x, int64_t stride) {
   for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
 }
 
-/* S[r][c] = Q2[r].K^T[c] for rows [0, nrow) (nrow 16 or 32) and keys
-   [0, nc16) (a multiple of 16): Q2 rows of ldq pairs, kt the block's K^T
-   tiles (group g at kt + 16 g ldk2), S rows of lds floats. */
+/* S[r][c] = Q2[r].K^T[c] for rows [0, nrow) and keys [0, nc16) (both
+   multiples of 16): Q2 rows of ldq pairs, kt the block's K^T tiles (group
+   g at kt + 16 g ldk2), S rows of lds floats. Keys outer: a pair of K^T
+   groups comes from L2 once and serves every row pair from L1. */
 static void amx_scores(int nrow, int nc16, int dpairs, const uint32_t *q2,
                        int ldq, const uint32_t *kt, int ldk2, float *s,
                        int lds) {
@@ -77,91 +83,101 @@ static void amx_scores(int nrow, int nc16, int dpairs, const uint32_t *q2,
                sc = sizeof(float) * (size_t)lds, grp = 16 * (size_t)ldk2;
   for (int c0 = 0; c0 < nc16; c0 += 32) {
     const uint32_t *b0 = kt + (size_t)(c0 / 16) * grp;
-    if (nrow == 32 && c0 + 16 < nc16) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int e = 0; e < dpairs; e += 16) {
-        _tile_loadd(4, q2 + e, sa);
-        _tile_loadd(5, q2 + 16 * (size_t)ldq + e, sa);
-        _tile_loadd(6, b0 + 16 * (size_t)e, sb);
-        _tile_loadd(7, b0 + grp + 16 * (size_t)e, sb);
-        amx_prefetch_tile(b0 + 2 * grp + 16 * (size_t)e, 64);
-        amx_prefetch_tile(b0 + 3 * grp + 16 * (size_t)e, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, s + c0, sc);
-      _tile_stored(1, s + c0 + 16, sc);
-      _tile_stored(2, s + 16 * (size_t)lds + c0, sc);
-      _tile_stored(3, s + 16 * (size_t)lds + c0 + 16, sc);
-      continue;
-    }
-    // Edges (a last 16 keys or a 16-row chunk): one C tile at a time.
-    for (int r0 = 0; r0 < nrow; r0 += 16)
-      for (int c = c0; c < c0 + 32 && c < nc16; c += 16) {
+    for (int r0 = 0; r0 < nrow; r0 += 32) {
+      const uint32_t *a0 = q2 + (size_t)r0 * ldq;
+      float *c00 = s + (size_t)r0 * lds + c0;
+      if (r0 + 16 < nrow && c0 + 16 < nc16) {
         _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
         for (int e = 0; e < dpairs; e += 16) {
-          _tile_loadd(4, q2 + (size_t)r0 * ldq + e, sa);
-          _tile_loadd(6, kt + (size_t)(c / 16) * grp + 16 * (size_t)e, sb);
+          _tile_loadd(4, a0 + e, sa);
+          _tile_loadd(5, a0 + 16 * (size_t)ldq + e, sa);
+          _tile_loadd(6, b0 + 16 * (size_t)e, sb);
+          _tile_loadd(7, b0 + grp + 16 * (size_t)e, sb);
           _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          if (r0 == 0) { // the next group pair, on the first row pair
+            amx_prefetch_tile(b0 + 2 * grp + 16 * (size_t)e, 64);
+            amx_prefetch_tile(b0 + 3 * grp + 16 * (size_t)e, 64);
+          }
         }
-        _tile_stored(0, s + (size_t)r0 * lds + c, sc);
+        _tile_stored(0, c00, sc);
+        _tile_stored(1, c00 + 16, sc);
+        _tile_stored(2, c00 + 16 * (size_t)lds, sc);
+        _tile_stored(3, c00 + 16 * (size_t)lds + 16, sc);
+        continue;
       }
+      // Edges (a last 16 keys or rows): one C tile at a time.
+      for (int ri = r0; ri < r0 + 32 && ri < nrow; ri += 16)
+        for (int c = c0; c < c0 + 32 && c < nc16; c += 16) {
+          _tile_zero(0);
+          for (int e = 0; e < dpairs; e += 16) {
+            _tile_loadd(4, q2 + (size_t)ri * ldq + e, sa);
+            _tile_loadd(6, kt + (size_t)(c / 16) * grp + 16 * (size_t)e, sb);
+            _tile_dpbf16ps(0, 4, 6);
+          }
+          _tile_stored(0, s + (size_t)ri * lds + c, sc);
+        }
+    }
   }
 }
 
 /* O[nrow][dv] += P.V: P rows of ldp pairs (e16 of them, a multiple of
-   16), V2 pair rows of ldv2 words. */
+   16), V2 pair rows of ldv2 words; nrow a multiple of 16. Strips of 32
+   columns outer: a strip of V comes from L2 once for every row pair. */
 static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
                    const uint32_t *v2, int ldv2, float *o, int ldo) {
   amx_ready();
   const size_t sa = sizeof(uint32_t) * (size_t)ldp,
                sb = sizeof(uint32_t) * (size_t)ldv2,
                sc = sizeof(float) * (size_t)ldo;
-  for (int d0 = 0; d0 < dv; d0 += 32) {
-    float *c00 = o + d0;
-    if (nrow == 32 && d0 + 16 < dv) {
-      _tile_loadd(0, c00, sc);
-      _tile_loadd(1, c00 + 16, sc);
-      _tile_loadd(2, c00 + 16 * (size_t)ldo, sc);
-      _tile_loadd(3, c00 + 16 * (size_t)ldo + 16, sc);
-      for (int e = 0; e < e16; e += 16) {
-        _tile_loadd(4, p2 + e, sa);
-        _tile_loadd(5, p2 + 16 * (size_t)ldp + e, sa);
-        _tile_loadd(6, v2 + (size_t)e * ldv2 + d0, sb);
-        _tile_loadd(7, v2 + (size_t)e * ldv2 + d0 + 16, sb);
-        // The next pair step's V rows (or the next strip's first).
-        const uint32_t *vn =
-            e + 16 < e16 ? v2 + (size_t)(e + 16) * ldv2 + d0 : v2 + d0 + 32;
-        amx_prefetch_tile(vn, (int64_t)sb);
-        amx_prefetch_tile(vn + 16, (int64_t)sb);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, c00, sc);
-      _tile_stored(1, c00 + 16, sc);
-      _tile_stored(2, c00 + 16 * (size_t)ldo, sc);
-      _tile_stored(3, c00 + 16 * (size_t)ldo + 16, sc);
-      continue;
-    }
-    for (int r0 = 0; r0 < nrow; r0 += 16)
-      for (int d = d0; d < d0 + 32 && d < dv; d += 16) {
-        float *ci = o + (size_t)r0 * ldo + d;
-        _tile_loadd(0, ci, sc);
+  for (int d0 = 0; d0 < dv; d0 += 32)
+    for (int r0 = 0; r0 < nrow; r0 += 32) {
+      float *c00 = o + (size_t)r0 * ldo + d0;
+      const uint32_t *a0 = p2 + (size_t)r0 * ldp;
+      if (r0 + 16 < nrow && d0 + 16 < dv) {
+        _tile_loadd(0, c00, sc);
+        _tile_loadd(1, c00 + 16, sc);
+        _tile_loadd(2, c00 + 16 * (size_t)ldo, sc);
+        _tile_loadd(3, c00 + 16 * (size_t)ldo + 16, sc);
         for (int e = 0; e < e16; e += 16) {
-          _tile_loadd(4, p2 + (size_t)r0 * ldp + e, sa);
-          _tile_loadd(6, v2 + (size_t)e * ldv2 + d, sb);
+          _tile_loadd(4, a0 + e, sa);
+          _tile_loadd(5, a0 + 16 * (size_t)ldp + e, sa);
+          _tile_loadd(6, v2 + (size_t)e * ldv2 + d0, sb);
+          _tile_loadd(7, v2 + (size_t)e * ldv2 + d0 + 16, sb);
           _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          if (r0 == 0) { // the next pair step's V rows (or next strip's)
+            const uint32_t *vn =
+                e + 16 < e16 ? v2 + (size_t)(e + 16) * ldv2 + d0 : v2 + d0 + 32;
+            amx_prefetch_tile(vn, (int64_t)sb);
+            amx_prefetch_tile(vn + 16, (int64_t)sb);
+          }
         }
-        _tile_stored(0, ci, sc);
+        _tile_stored(0, c00, sc);
+        _tile_stored(1, c00 + 16, sc);
+        _tile_stored(2, c00 + 16 * (size_t)ldo, sc);
+        _tile_stored(3, c00 + 16 * (size_t)ldo + 16, sc);
+        continue;
       }
-  }
+      for (int ri = r0; ri < r0 + 32 && ri < nrow; ri += 16)
+        for (int d = d0; d < d0 + 32 && d < dv; d += 16) {
+          float *ci = o + (size_t)ri * ldo + d;
+          _tile_loadd(0, ci, sc);
+          for (int e = 0; e < e16; e += 16) {
+            _tile_loadd(4, p2 + (size_t)ri * ldp + e, sa);
+            _tile_loadd(6, v2 + (size_t)e * ldv2 + d, sb);
+            _tile_dpbf16ps(0, 4, 6);
+          }
+          _tile_stored(0, ci, sc);
+        }
+    }
 }
 
 /* The 16 lanes of v[0..15] reduced across, one vector per row: after the
@@ -221,8 +237,26 @@ static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
     const __m512 ri = _mm512_permutexvar_ps(_mm512_set1_epi32(i), refl);
     float *row = s + (size_t)i * lds;
     uint32_t *prow = p2 + (size_t)i * ldp;
-    __m512 sum = _mm512_setzero_ps();
-    for (int c = 0; c < ncp; c += 32) {
+    __m512 sum = _mm512_setzero_ps(), sum2 = sum;
+    int c = 0;
+    for (; c + 32 <= nc; c += 32) { // whole pair tiles: no masks, no tests
+      const __m512 lo = amx_exp2(
+                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
+                       0xffff),
+                   hi = amx_exp2(
+                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), k, ri),
+                       0xffff);
+      const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
+      sum = _mm512_add_ps(sum, lo);
+      sum2 = _mm512_add_ps(sum2, hi);
+      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
+      if (p32) {
+        _mm512_storeu_ps(row + c, lo);
+        _mm512_storeu_ps(row + c + 16, hi);
+      }
+    }
+    sum = _mm512_add_ps(sum, sum2);
+    for (; c < ncp; c += 32) {
       const __m512 lo = amx_p16(row + c, nc - c, k, ri),
                    hi = amx_p16(row + c + 16, nc - c - 16, k, ri);
       const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
@@ -323,10 +357,7 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
     // holds inf or NaN, only visible pairs are multiplied (as the body).
     const int bad = cut && amx_v_nonfinite(v2, ldv2, (nc + 1) / 2, dv);
     if (!fused) {
-      for (int r0 = 0; r0 < nr16; r0 += 32)
-        amx_scores(nr16 - r0 < 32 ? 16 : 32, nc16, dpairs,
-                   q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2, s + (size_t)r0 * lds,
-                   lds);
+      amx_scores(nr16, nc16, dpairs, q2, ldk2, kt, ldk2, s, lds);
       const __m512 vs = _mm512_set1_ps(p->a.scale);
       for (int r = 0; r < nr16; r++)
         for (int c = 0; c < nc16; c += 16) {
@@ -335,10 +366,13 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
         }
       scores_post(p, s, &sl, &ln, sq, sk, col0, nc, NULL);
     }
-    for (int r0 = 0; r0 < nr16; r0 += 32) {
-      const int nrow = nr16 - r0 < 32 ? 16 : 32;
-      float *sr = s + (size_t)r0 * lds;
-      uint32_t *pr = p2 + (size_t)r0 * ldp;
+    for (int r0 = 0; r0 < nr16; r0 += FA_AMX_CHUNK) {
+      const int nrow = nr16 - r0 < FA_AMX_CHUNK ? nr16 - r0 : FA_AMX_CHUNK;
+      // Fused, every chunk reuses the first chunk's S and P rows: the
+      // tile stores then meet lines already in L1 (a chunk's own rows of
+      // the 128 KiB tile would be cold at each step).
+      float *sr = s + (fused ? 0 : (size_t)r0 * lds);
+      uint32_t *pr = p2 + (fused ? 0 : (size_t)r0 * ldp);
       if (fused)
         amx_scores(nrow, nc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
                    sr, lds);
