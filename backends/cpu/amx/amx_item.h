@@ -20,6 +20,9 @@
 // and the softmax, and the scale is folded into the exponent.
 // Blocks that meet a mask, softcap or ALiBi (or a scale <= 0) compute the
 // whole tile's scores first and run the body's score pipeline on them.
+// It takes exactly the items the body's bf16 step would (bf16, a K/V
+// pack, more than FA_SMALL_LANES lanes of one kv head): that step, which
+// reads K rows where this pack holds K^T tiles, is never reached here.
 #ifndef FA_AMX_ITEM_H
 #define FA_AMX_ITEM_H
 
