@@ -27,15 +27,14 @@ static inline __m512 amx_exp2(__m512 t, __mmask16 keep) {
   return _mm512_maskz_scalef_ps(live, q, n);
 }
 
-/* P for the 16 scores at x, of which the first `left` exist (none when
-   left <= 0, all from 16): exp(x mul - ref) with k = mul log2(e) and
-   refl = ref log2(e); the rest are 0 and never read. */
-static inline __m512 amx_p16(const float *x, int left, __m512 k, __m512 refl) {
-  if (left <= 0) return _mm512_setzero_ps();
-  if (left >= 16)
-    return amx_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x), k, refl),
-                    (__mmask16)0xffff);
-  const __mmask16 in = (__mmask16)((1u << left) - 1u);
+/* P for the 16 scores at x of which the keys in `in` exist (and are
+   visible): exp(x mul - ref) with k = mul log2(e) and refl = ref log2(e);
+   the rest are 0 and never read. */
+static inline __m512 amx_p16(const float *x, __mmask16 in, __m512 k,
+                             __m512 refl) {
+  if (!in) return _mm512_setzero_ps();
+  if (in == (__mmask16)0xffff)
+    return amx_exp2(_mm512_fmsub_ps(_mm512_loadu_ps(x), k, refl), in);
   return amx_exp2(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(in, x), k, refl), in);
 }
 #endif

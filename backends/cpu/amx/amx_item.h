@@ -202,6 +202,13 @@ static inline __m512 amx_rows_sum(__m512i v[16]) {
   return _mm512_castsi512_ps(v[0]);
 }
 
+/* The keys c .. c + 15 that lie in [lo, hi), as a mask. */
+static inline __mmask16 amx_keys(int c, int lo, int hi) {
+  const int a = lo - c < 0 ? 0 : lo - c, z = hi - c > 16 ? 16 : hi - c;
+  return z <= a ? (__mmask16)0
+                : (__mmask16)(((1u << z) - 1u) & ~((1u << a) - 1u));
+}
+
 /* One online-softmax step for 16 rows of S (pitch lds, keys [0, nc)),
    scores times mul (the scale, when folded; mul > 0): m, l, mu of the 16
    lanes updated as column_done does; P as bf16 pairs of keys into p2 (rows
@@ -212,7 +219,7 @@ static inline __m512 amx_rows_sum(__m512i v[16]) {
    NaN score gives a NaN P and so a NaN sum: the maxima need not keep it. */
 static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
                           float *m, float *l, float *mu, uint32_t *p2, int ldp,
-                          int p32) {
+                          int p32, const int *vlo, const int *vhi) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   const int full = nc & ~15;
   const __mmask16 tailm = (__mmask16)((1u << (nc & 15)) - 1u);
@@ -221,6 +228,14 @@ static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
     const float *row = s + (size_t)i * lds;
     __m512 a = ninf, b = ninf;
     int c = 0;
+    if (vlo) { // a row of a tile that meets a mask: its visible keys only
+      for (c = vlo[i] & ~15; c < vhi[i]; c += 16)
+        a = _mm512_max_ps(
+            _mm512_mask_loadu_ps(ninf, amx_keys(c, vlo[i], vhi[i]), row + c),
+            a);
+      red[i] = _mm512_castps_si512(a);
+      continue;
+    }
     for (; c + 32 <= full; c += 32) {
       a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
       b = _mm512_max_ps(_mm512_loadu_ps(row + c + 16), b);
@@ -241,8 +256,9 @@ static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
     float *row = s + (size_t)i * lds;
     uint32_t *prow = p2 + (size_t)i * ldp;
     __m512 sum = _mm512_setzero_ps(), sum2 = sum;
+    const int klo = vlo ? vlo[i] : 0, khi = vlo ? vhi[i] : nc;
     int c = 0;
-    for (; c + 32 <= nc; c += 32) { // whole pair tiles: no masks, no tests
+    for (; klo == 0 && c + 32 <= khi; c += 32) { // whole pair tiles, no masks
       const __m512 lo = amx_exp2(
                        _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
                        0xffff),
@@ -260,14 +276,15 @@ static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
     }
     sum = _mm512_add_ps(sum, sum2);
     for (; c < ncp; c += 32) {
-      const __m512 lo = amx_p16(row + c, nc - c, k, ri),
-                   hi = amx_p16(row + c + 16, nc - c - 16, k, ri);
-      const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
-      sum = _mm512_add_ps(sum, _mm512_add_ps(lo, hi));
+      const __m512 p0 = amx_p16(row + c, amx_keys(c, klo, khi), k, ri),
+                   p1 =
+                       amx_p16(row + c + 16, amx_keys(c + 16, klo, khi), k, ri);
+      const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0);
+      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
       _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
       if (p32) {
-        _mm512_storeu_ps(row + c, lo);
-        _mm512_storeu_ps(row + c + 16, hi);
+        _mm512_storeu_ps(row + c, p0);
+        _mm512_storeu_ps(row + c + 16, p1);
       }
     }
     red[i] = _mm512_castps_si512(sum);
@@ -355,10 +372,17 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
     const uint32_t *kt = kv->k + (bh * kv->rows + col0) * ldk2,
                    *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
     const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
-    const int fused = !special && !cut && p->a.scale > 0.0f;
     // Masked P is 0, and 0 * inf is NaN: where the tile meets a mask and V
     // holds inf or NaN, only visible pairs are multiplied (as the body).
     const int bad = cut && amx_v_nonfinite(v2, ldv2, (nc + 1) / 2, dv);
+    // A tile that meets a mask is fused too, its rows' visible keys as
+    // ranges in the softmax (padded lanes see none).
+    const int fused = !special && !bad && p->a.scale > 0.0f;
+    if (fused && cut) {
+      lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      for (int r = nr; r < nr16; r++) vlo[r] = vhi[r] = 0;
+    }
+    const int *flo = fused && cut ? vlo : NULL, *fhi = vhi;
     if (!fused) {
       amx_scores(nr16, nc16, dpairs, q2, ldk2, kt, ldk2, s, lds);
       const __m512 vs = _mm512_set1_ps(p->a.scale);
@@ -382,7 +406,8 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
       for (int g = 0; g < nrow; g += 16)
         amx_softmax16(sr + (size_t)g * lds, lds, nc, 2 * e16,
                       fused ? p->a.scale : 1.0f, m + r0 + g, l + r0 + g,
-                      mu + r0 + g, pr + (size_t)g * ldp, ldp, bad);
+                      mu + r0 + g, pr + (size_t)g * ldp, ldp, bad,
+                      flo ? flo + r0 + g : NULL, fhi + r0 + g);
       if (bad) continue;
       rescale_o(o + (size_t)r0 * ldv, ldv, mu + r0, nrow, dv);
       amx_pv(nrow, dv, e16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
