@@ -18,8 +18,11 @@
 // Lanes are taken 32 at a time (two tile rows) through all three phases:
 // the chunk's scores (32 KiB at 256 keys) stay in L1 between the products
 // and the softmax, and the scale is folded into the exponent.
-// Blocks that meet a mask, softcap or ALiBi (or a scale <= 0) compute the
-// whole tile's scores first and run the body's score pipeline on them.
+// A block that meets a mask (causal, window) is fused too, each row's
+// visible keys a key range in the softmax. Softcap or ALiBi (or a scale
+// <= 0), and a masked block whose V holds inf or NaN (only visible pairs
+// may be multiplied), compute the whole tile's scores first and run the
+// body's score pipeline and visible-pairs product on them.
 // It takes exactly the items the body's bf16 step would (bf16, a K/V
 // pack, more than FA_SMALL_LANES lanes of one kv head): that step, which
 // reads K rows where this pack holds K^T tiles, is never reached here.
