@@ -51,6 +51,18 @@
 #include "cpu_fold.h"
 #include "cpu_forward.h"
 #include "cpu_backward.h"
+/* An ISA may take whole forward items on tiles of its own layout: its
+   header defines FA_FWD_ITEM (falling back to fwd_item for the items it
+   leaves) and FA_KVPACK_ITEM (the pack its items read). */
+#ifdef FA_TILE_ITEM_HEADER
+#include FA_TILE_ITEM_HEADER
+#endif
+#ifndef FA_FWD_ITEM
+#define FA_FWD_ITEM fwd_item
+#endif
+#ifndef FA_KVPACK_ITEM
+#define FA_KVPACK_ITEM kvpack_item
+#endif
 
 static size_t fwd_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
                               cpu_kvpack *kv) {
@@ -62,8 +74,8 @@ static void fwd_thread_done(void) { FA_TILE_STEP_END(); }
 const fa_cpu_isa_ops FA_FN(fa_cpu_ops) = {
     .tiles = tiles_layout,
     .kvpack_plan = fwd_kvpack_plan,
-    .kvpack_item = kvpack_item,
-    .fwd_item = fwd_item,
+    .kvpack_item = FA_KVPACK_ITEM,
+    .fwd_item = FA_FWD_ITEM,
     .thread_done = fwd_thread_done,
     .bwd_delta = compute_delta,
     .bwd_kv_item = bwd_kv_item,

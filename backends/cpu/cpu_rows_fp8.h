@@ -5,6 +5,9 @@
 // product), instead of widening every row into an fp32 tile first. A
 // decode step is one pass over the cache: a quarter of the bytes of an
 // fp32 tile copy, half of a bf16 cache's, and no tile store and reload.
+// bf16 and f16 caches (without descale factors) take the same path, their
+// rows widened in registers (vf_widen): the tile copy was half the time of
+// a bf16 decode step.
 //
 // Part of cpu_kernels.h (compiled once per ISA); the forward's small-tile
 // path calls these when fp8_rows_plan() accepts the work item: FP8 inputs,
@@ -18,15 +21,17 @@
 #define FA_FP8_ROWS 1
 #endif
 
-/* Most keys of one block whose row offsets are kept. */
-#define FA_FP8_ROW_KEYS 64
+/* Most keys of one block whose row offsets are kept (cpu.amxbf16 plans
+   blocks of 256). */
+#define FA_FP8_ROW_KEYS 256
 
 /* What one work item's FP8 rows need: per key of the current block, the
-   element offsets of its K and V rows for the first kv head of the tile
+   byte offsets of its K and V rows for the first kv head of the tile
    (another kv head adds its stride_head), and per kv head of the tile the
-   factor that vf_fp8_scaled multiplies by. */
+   factor that vf_fp8_scaled multiplies by (1 for 16-bit rows). */
 typedef struct cpu_fp8_rows {
-  int e5m2;
+  int e5m2, wide; // wide: 16-bit rows (bf16 or f16), esz bytes a value
+  int esz;
   int64_t koff[FA_FP8_ROW_KEYS], voff[FA_FP8_ROW_KEYS];
   float kx[FA_MAX_KV_TILES], vx[FA_MAX_KV_TILES];
 } cpu_fp8_rows;
@@ -37,10 +42,15 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
                          const fa_fwd_args *args, int b, int hk, int kvt,
                          cpu_fp8_rows *fr) {
   fr->e5m2 = p->dtype == FA_E5M2;
-  if (!FA_FP8_ROWS || !fa_dtype_is_fp8(p->dtype) || t->bk > FA_FP8_ROW_KEYS ||
-      p->a.head_dim % FA_VW || p->a.head_dim_v % FA_VW)
+  fr->wide = p->dtype == FA_BF16 || p->dtype == FA_F16;
+  fr->esz = (int)fa_dtype_size(p->dtype);
+  if (!FA_FP8_ROWS || !(fa_dtype_is_fp8(p->dtype) || fr->wide) ||
+      t->bk > FA_FP8_ROW_KEYS || p->a.head_dim % FA_VW ||
+      p->a.head_dim_v % FA_VW)
     return 0;
-  const float unit = fa_fp8_unit(fr->e5m2);
+  // 16-bit rows are widened, not multiplied: descaled ones take the tiles.
+  if (fr->wide && (args->k.descale || args->v.descale)) return 0;
+  const float unit = fr->wide ? 1.0f : fa_fp8_unit(fr->e5m2);
   for (int x = 0; x < kvt; x++) {
     // A factor that overflows (a descale near FLT_MAX) would turn a zero
     // code into NaN: the tile path multiplies after decoding instead.
@@ -56,20 +66,32 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
 static void fp8_rows_block(const fa_problem *p, const fa_fwd_args *args, int b,
                            int hk, int col0, int nc, cpu_fp8_rows *fr) {
   for (int c = 0; c < nc; c++) {
-    fr->koff[c] = fa_k_offset(p, &args->k, b, col0 + c, hk);
-    fr->voff[c] = fa_k_offset(p, &args->v, b, col0 + c, hk);
+    fr->koff[c] = fa_k_offset(p, &args->k, b, col0 + c, hk) * fr->esz;
+    fr->voff[c] = fa_k_offset(p, &args->v, b, col0 + c, hk) * fr->esz;
   }
 }
 
 /* How a row's codes are decoded: e4m3 without setting NaN codes apart (a
    row checked to hold none, vf_e4m3_any_nan: three vector operations fewer
-   per vector of codes), e4m3 exactly, or e5m2 (whose NaN and inf codes
-   need no care: they are an f16's). */
-enum { FA_FP8_E4M3_RAW = 0, FA_FP8_E4M3 = 1, FA_FP8_E5M2 = 2 };
+   per vector of codes), e4m3 exactly, e5m2 (whose NaN and inf codes need
+   no care: they are an f16's), or 16-bit values widened. */
+enum {
+  FA_FP8_E4M3_RAW = 0,
+  FA_FP8_E4M3 = 1,
+  FA_FP8_E5M2 = 2,
+  FA_ROWS_BF16 = 3,
+  FA_ROWS_F16 = 4
+};
 
-FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *p, fa_vf x) {
-  return kind == FA_FP8_E4M3_RAW ? vf_e4m3_scaled_raw(p, x)
-                                 : vf_fp8_scaled(p, kind == FA_FP8_E5M2, x);
+/* FA_VW values from value i of a row (x: the FP8 factor). */
+FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *row, int i,
+                               fa_vf x) {
+  if (kind >= FA_ROWS_BF16)
+    return vf_widen((const uint16_t *)(const void *)row + i,
+                    kind == FA_ROWS_F16);
+  return kind == FA_FP8_E4M3_RAW
+             ? vf_e4m3_scaled_raw(row + i, x)
+             : vf_fp8_scaled(row + i, kind == FA_FP8_E5M2, x);
 }
 
 /* The scores of keys [0, nc) for lanes [lane0, lane0 + nr), four lanes at
@@ -78,26 +100,26 @@ FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *p, fa_vf x) {
    (q . k is NaN whatever q is): its dot products are computed from the
    raw decode and then replaced. Asks for the K rows a few keys ahead and
    for each key's V row, which P.V reads next. */
-FA_ALWAYS_INLINE void scores_fp8_kind(const int e5m2, const int d, const int dv,
+FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
                                       const int ld, const int bq,
                                       const float *qr, float *s,
                                       const uint8_t *kb, const uint8_t *vb,
                                       const cpu_fp8_rows *fr, fa_vf kx, int nc,
                                       int lane0, int nr) {
-  const int kind = e5m2 ? FA_FP8_E5M2 : FA_FP8_E4M3_RAW;
+  const int esz = kind >= FA_ROWS_BF16 ? 2 : 1;
   for (int c = 0; c < nc; c++) {
     const uint8_t *kr = kb + fr->koff[c];
     if (c + FA_PREFETCH_KEYS < nc)
-      for (int off = 0; off < d; off += 64)
+      for (int off = 0; off < d * esz; off += 64)
         __builtin_prefetch(kb + fr->koff[c + FA_PREFETCH_KEYS] + off);
-    for (int off = 0; off < dv; off += 64)
+    for (int off = 0; off < dv * esz; off += 64)
       __builtin_prefetch(vb + fr->voff[c] + off);
-    const int nan = !e5m2 && vf_e4m3_any_nan(kr, d);
+    const int nan = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(kr, d);
     for (int r0 = 0; r0 < nr; r0 += 4) {
       const float *q0 = qr + (size_t)r0 * ld;
       fa_vf a[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
       for (int i = 0; i < d; i += FA_VW) {
-        const fa_vf kv = fp8_vec(kind, kr + i, kx);
+        const fa_vf kv = fp8_vec(kind, kr, i, kx);
 #pragma GCC unroll 4
         for (int y = 0; y < 4; y++)
           a[y] = vf_fma(vf_load(q0 + (size_t)y * ld + i), kv, a[y]);
@@ -115,16 +137,26 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int e5m2, const int d, const int dv,
 static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
                        const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
                        int nc, int lane0, int nr) {
-  const uint8_t *kb = (const uint8_t *)args->k.data + x * args->k.stride_head;
-  const uint8_t *vb = (const uint8_t *)args->v.data + x * args->v.stride_head;
+  const uint8_t *kb =
+      (const uint8_t *)args->k.data + x * args->k.stride_head * fr->esz;
+  const uint8_t *vb =
+      (const uint8_t *)args->v.data + x * args->v.stride_head * fr->esz;
   const float *qr = ws + t->qr + (size_t)lane0 * t->ld;
   const fa_vf kx = vf_set1(fr->kx[x]);
-  if (fr->e5m2)
-    scores_fp8_kind(1, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr,
-                    ws + t->s, kb, vb, fr, kx, nc, lane0, nr);
+  const int d = p->a.head_dim, dv = p->a.head_dim_v;
+  float *s = ws + t->s;
+  if (p->dtype == FA_BF16)
+    scores_fp8_kind(FA_ROWS_BF16, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx,
+                    nc, lane0, nr);
+  else if (p->dtype == FA_F16)
+    scores_fp8_kind(FA_ROWS_F16, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx, nc,
+                    lane0, nr);
+  else if (fr->e5m2)
+    scores_fp8_kind(FA_FP8_E5M2, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx, nc,
+                    lane0, nr);
   else
-    scores_fp8_kind(0, p->a.head_dim, p->a.head_dim_v, t->ld, t->bq, qr,
-                    ws + t->s, kb, vb, fr, kx, nc, lane0, nr);
+    scores_fp8_kind(FA_FP8_E4M3_RAW, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx,
+                    nc, lane0, nr);
 }
 
 /* O[r][:] += P^T[c][r] (descaled v_c) for N lanes from r0 sharing the
@@ -144,7 +176,7 @@ FA_ALWAYS_INLINE void pv_fp8_lanes(const int kind, const int N,
     for (int y = 0; y < N; y++)
       acc[y] = vf_load(o + (size_t)(r0 + y) * ldo + i);
     for (int c = lo; c < hi; c++) {
-      const fa_vf vv = fp8_vec(kind, vb + fr->voff[c] + i, vx);
+      const fa_vf vv = fp8_vec(kind, vb + fr->voff[c], i, vx);
       const float *pc = s + (size_t)c * bq + r0;
 #pragma GCC unroll 4
       for (int y = 0; y < N; y++) acc[y] = vf_fma(vf_set1(pc[y]), vv, acc[y]);
@@ -184,7 +216,8 @@ static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
                    const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
                    int lane0, int nr, const int *lo, const int *hi, float *o) {
   const int dv = p->a.head_dim_v;
-  const uint8_t *vb = (const uint8_t *)args->v.data + x * args->v.stride_head;
+  const uint8_t *vb =
+      (const uint8_t *)args->v.data + x * args->v.stride_head * fr->esz;
   const float *s = ws + t->s;
   const fa_vf vx = vf_set1(fr->vx[x]);
   int r = lane0;
@@ -194,9 +227,13 @@ static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
            hi[r + n] == hi[r])
       n++;
     int nan = 0;
-    for (int c = lo[r]; !fr->e5m2 && !nan && c < hi[r]; c++)
+    for (int c = lo[r]; !fr->e5m2 && !fr->wide && !nan && c < hi[r]; c++)
       nan = vf_e4m3_any_nan(vb + fr->voff[c], dv);
-    if (fr->e5m2)
+    if (p->dtype == FA_BF16)
+      pv_fp8_kind(FA_ROWS_BF16, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+    else if (p->dtype == FA_F16)
+      pv_fp8_kind(FA_ROWS_F16, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+    else if (fr->e5m2)
       pv_fp8_kind(FA_FP8_E5M2, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     else if (nan)
       pv_fp8_kind(FA_FP8_E4M3, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);

@@ -5,6 +5,8 @@
 #define FA_ISA_SUFFIX amxbf16
 #define FA_HAVE_DPBF16 1
 #define FA_TILE_STEP_HEADER "amx/amx_step.h"
-#define FA_INLINE_EXP 1 // next to AMX products, SLEEF's call is the cost
+#define FA_TILE_ITEM_HEADER "amx/amx_item.h" // dense items: S = Q.K^T
+#define FA_INLINE_EXP 1     // next to AMX products, SLEEF's call is the cost
+#define FA_PREFETCH_KEYS 16 // decode rows: ~64 lines in flight per core
 #include "simd/simd_avx512.h"
 #include "cpu_kernels.h"

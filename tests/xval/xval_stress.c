@@ -16,7 +16,8 @@
 //   - GQA 64 query heads per kv head; head dims 1 and 512 backward;
 // and group fwd.longrow: one query row against 131072 keys (split-KV);
 // rows of 40000 keys on one thread (longer than the CPU forward's folded
-// chunks) with a window, sinks and a NaN in v.
+// chunks) with a window, sinks and a NaN in v; rows of ~20000 keys folded
+// through whole tiles (80 lanes: bf16 AMX items and GEMM tiles).
 #include "xval.h"
 #include "xval_groups.h"
 
@@ -100,6 +101,13 @@ void xv_fwd_longrow(xv_list *l) {
       c.d = t ? 64 : 16; c.dv = t ? 64 : 8; c.causal = BR; c.wl = 26665;
       c.sinks = 1; c.threads = 1; c.gen = XV_GEN_NAN_V);
   }
+  // The same through whole tiles: 40 rows of 2 q heads per kv head (80
+  // lanes), row i sees keys 9980 + i .. 29960 + i (the state folds); then
+  // the NaN in v (key 10000) that rows 0..20 see and rows 21.. do not.
+  for (int g = 0; g < 2; g++)
+    S(c.dt = FA_BF16; c.b = 1; c.sq = 40; c.sk = 30000; c.hq = 2; c.hkv = 1;
+      c.d = 32; c.dv = 16; c.causal = BR; c.wl = 19980; c.threads = 1;
+      c.gen = g ? XV_GEN_NAN_V : c.gen);
 }
 
 void xv_fwd_stress(xv_list *l) { stress_cases(l, 0); }

@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: MIT
+// The AMX forward work item, included by cpu_kernels.h through
+// FA_TILE_ITEM_HEADER: it takes every dense bf16 item (the ones the body
+// would run through its bf16 tile step) and leaves the rest (small tiles:
+// decode rows) to the body's fwd_item.
+//
+// It keeps S = Q.K^T with lanes as rows ([lanes][keys]), not the body's
+// S^T, so that both products and the softmax between them need no
+// transpose:
+//   S = Q.K^T:   A = Q rows as stored (pairs along d), B = K^T, packed once
+//                per call as tiles of 16 keys (amx_kvpack_item);
+//   softmax:     along each row: 16 rows at a time, their maxima and sums
+//                reduced by one 16 x 16 transpose; exps rounded to bf16 in
+//                key order are already pairs of keys, i.e. P's A tile;
+//   O += P.V:    A = P [lanes][key pairs], B = V in pairs of keys (the
+//                body's pack), C = O [lanes][dv] (the body's layout, so
+//                fold_state and fwd_item_store apply as they are).
+// Lanes are taken 32 at a time (two tile rows) through all three phases:
+// the chunk's scores (32 KiB at 256 keys) stay in L1 between the products
+// and the softmax, and the scale is folded into the exponent.
+// A block that meets a mask (causal, window) is fused too, each row's
+// visible keys a key range in the softmax. Softcap or ALiBi (or a scale
+// <= 0), and a masked block whose V holds inf or NaN (only visible pairs
+// may be multiplied), compute the whole tile's scores first and run the
+// body's score pipeline and visible-pairs product on them.
+// It takes exactly the items the body's bf16 step would (bf16, a K/V
+// pack, more than FA_SMALL_LANES lanes of one kv head): that step, which
+// reads K rows where this pack holds K^T tiles, is never reached here.
+#ifndef FA_AMX_ITEM_H
+#define FA_AMX_ITEM_H
+
+#include "amx/amx_exp2.h"
+
+/* The body's pack, then K rewritten as K^T tiles: each 16-key group of a
+   block (16 rows of ldk2 pairs, the same words) becomes [ldk2][16]: the B
+   tile of pair step e at +16 e, rows of 64 bytes, contiguous. Groups never
+   straddle blocks (block_k % 16 == 0). */
+static void amx_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
+                            const fa_fwd_args *args, const cpu_kvpack *kv,
+                            int64_t i) {
+  kvpack_item(p, plan, args, kv, i);
+  const int nkb = plan->num_k_blocks, bk = plan->block_k, ld = kv->ldk2;
+  const int kb = (int)(i % nkb), hk = (int)(i / nkb % p->a.heads_kv),
+            b = (int)(i / nkb / p->a.heads_kv);
+  const int sk = fa_seq_len_k(p, b);
+  const int j0 = kb * bk, j1 = kb == nkb - 1 ? kv->rows : j0 + bk;
+  const size_t bh = (size_t)b * p->a.heads_kv + hk;
+  const uint16_t *k16 = (const uint16_t *)args->k.data;
+  for (int j = j0; j < j1; j += 16) {
+    uint32_t *g = kv->k + (bh * kv->rows + j) * ld;
+    for (int e0 = 0; e0 < ld; e0 += 16) {
+      __m512i x[16];
+      for (int r = 0; r < 16; r++)
+        x[r] = j + r < sk ? _mm512_loadu_si512(
+                                k16 + fa_k_offset(p, &args->k, b, j + r, hk) +
+                                2 * (size_t)e0)
+                          : _mm512_setzero_si512();
+      transpose16(x);
+      for (int e = 0; e < 16; e++)
+        _mm512_storeu_si512(g + (size_t)(e0 + e) * 16, x[e]);
+    }
+  }
+}
+#define FA_KVPACK_ITEM amx_kvpack_item
+
+/* Lanes per pass through the three phases (a multiple of 32). */
+#ifndef FA_AMX_CHUNK
+#define FA_AMX_CHUNK 64
+#endif
+
+/* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
+   one step later: the products stream K^T and V from L2 (a block's K^T
+   is 64 KiB at d = 128), and a tile load that waits on L2 stalls the
+   products that follow it. Prefetches past the pack are harmless. */
+static inline void amx_prefetch_tile(const void *x, int64_t stride) {
+  const char *c = x;
+  for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
+}
+
+/* S[r][c] = Q2[r].K^T[c] for rows [0, nrow) and keys [0, nc16) (both
+   multiples of 16): Q2 rows of ldq pairs, kt the block's K^T tiles (group
+   g at kt + 16 g ldk2), S rows of lds floats. Keys outer: a pair of K^T
+   groups comes from L2 once and serves every row pair from L1. */
+static void amx_scores(int nrow, int nc16, int dpairs, const uint32_t *q2,
+                       int ldq, const uint32_t *kt, int ldk2, float *s,
+                       int lds) {
+  amx_ready();
+  const size_t sa = sizeof(uint32_t) * (size_t)ldq, sb = 64,
+               sc = sizeof(float) * (size_t)lds, grp = 16 * (size_t)ldk2;
+  for (int c0 = 0; c0 < nc16; c0 += 32) {
+    const uint32_t *b0 = kt + (size_t)(c0 / 16) * grp;
+    for (int r0 = 0; r0 < nrow; r0 += 32) {
+      const uint32_t *a0 = q2 + (size_t)r0 * ldq;
+      float *c00 = s + (size_t)r0 * lds + c0;
+      if (r0 + 16 < nrow && c0 + 16 < nc16) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int e = 0; e < dpairs; e += 16) {
+          _tile_loadd(4, a0 + e, sa);
+          _tile_loadd(5, a0 + 16 * (size_t)ldq + e, sa);
+          _tile_loadd(6, b0 + 16 * (size_t)e, sb);
+          _tile_loadd(7, b0 + grp + 16 * (size_t)e, sb);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          if (r0 == 0) { // the next group pair, on the first row pair
+            amx_prefetch_tile(b0 + 2 * grp + 16 * (size_t)e, 64);
+            amx_prefetch_tile(b0 + 3 * grp + 16 * (size_t)e, 64);
+          }
+        }
+        _tile_stored(0, c00, sc);
+        _tile_stored(1, c00 + 16, sc);
+        _tile_stored(2, c00 + 16 * (size_t)lds, sc);
+        _tile_stored(3, c00 + 16 * (size_t)lds + 16, sc);
+        continue;
+      }
+      // Edges (a last 16 keys or rows): one C tile at a time.
+      for (int ri = r0; ri < r0 + 32 && ri < nrow; ri += 16)
+        for (int c = c0; c < c0 + 32 && c < nc16; c += 16) {
+          _tile_zero(0);
+          for (int e = 0; e < dpairs; e += 16) {
+            _tile_loadd(4, q2 + (size_t)ri * ldq + e, sa);
+            _tile_loadd(6, kt + (size_t)(c / 16) * grp + 16 * (size_t)e, sb);
+            _tile_dpbf16ps(0, 4, 6);
+          }
+          _tile_stored(0, s + (size_t)ri * lds + c, sc);
+        }
+    }
+  }
+}
+
+/* O[nrow][dv] += P.V: P rows of ldp pairs (e16 of them, a multiple of
+   16), V2 pair rows of ldv2 words; nrow a multiple of 16. Strips of 32
+   columns outer: a strip of V comes from L2 once for every row pair. */
+static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
+                   const uint32_t *v2, int ldv2, float *o, int ldo) {
+  amx_ready();
+  const size_t sa = sizeof(uint32_t) * (size_t)ldp,
+               sb = sizeof(uint32_t) * (size_t)ldv2,
+               sc = sizeof(float) * (size_t)ldo;
+  for (int d0 = 0; d0 < dv; d0 += 32)
+    for (int r0 = 0; r0 < nrow; r0 += 32) {
+      float *c00 = o + (size_t)r0 * ldo + d0;
+      const uint32_t *a0 = p2 + (size_t)r0 * ldp;
+      if (r0 + 16 < nrow && d0 + 16 < dv) {
+        _tile_loadd(0, c00, sc);
+        _tile_loadd(1, c00 + 16, sc);
+        _tile_loadd(2, c00 + 16 * (size_t)ldo, sc);
+        _tile_loadd(3, c00 + 16 * (size_t)ldo + 16, sc);
+        for (int e = 0; e < e16; e += 16) {
+          _tile_loadd(4, a0 + e, sa);
+          _tile_loadd(5, a0 + 16 * (size_t)ldp + e, sa);
+          _tile_loadd(6, v2 + (size_t)e * ldv2 + d0, sb);
+          _tile_loadd(7, v2 + (size_t)e * ldv2 + d0 + 16, sb);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+          if (r0 == 0) { // the next pair step's V rows (or next strip's)
+            const uint32_t *vn =
+                e + 16 < e16 ? v2 + (size_t)(e + 16) * ldv2 + d0 : v2 + d0 + 32;
+            amx_prefetch_tile(vn, (int64_t)sb);
+            amx_prefetch_tile(vn + 16, (int64_t)sb);
+          }
+        }
+        _tile_stored(0, c00, sc);
+        _tile_stored(1, c00 + 16, sc);
+        _tile_stored(2, c00 + 16 * (size_t)ldo, sc);
+        _tile_stored(3, c00 + 16 * (size_t)ldo + 16, sc);
+        continue;
+      }
+      for (int ri = r0; ri < r0 + 32 && ri < nrow; ri += 16)
+        for (int d = d0; d < d0 + 32 && d < dv; d += 16) {
+          float *ci = o + (size_t)ri * ldo + d;
+          _tile_loadd(0, ci, sc);
+          for (int e = 0; e < e16; e += 16) {
+            _tile_loadd(4, p2 + (size_t)ri * ldp + e, sa);
+            _tile_loadd(6, v2 + (size_t)e * ldv2 + d, sb);
+            _tile_dpbf16ps(0, 4, 6);
+          }
+          _tile_stored(0, ci, sc);
+        }
+    }
+}
+
+/* The 16 lanes of v[0..15] reduced across, one vector per row: after the
+   transpose lane i of the vertical max (or sum) is row i's. */
+static inline __m512 amx_rows_max(__m512i v[16]) {
+  transpose16(v);
+  for (int k = 8; k; k >>= 1)
+    for (int j = 0; j < k; j++)
+      v[j] = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(v[j + k]),
+                                               _mm512_castsi512_ps(v[j])));
+  return _mm512_castsi512_ps(v[0]);
+}
+static inline __m512 amx_rows_sum(__m512i v[16]) {
+  transpose16(v);
+  for (int k = 8; k; k >>= 1)
+    for (int j = 0; j < k; j++)
+      v[j] = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(v[j]),
+                                               _mm512_castsi512_ps(v[j + k])));
+  return _mm512_castsi512_ps(v[0]);
+}
+
+/* The keys c .. c + 15 that lie in [lo, hi), as a mask. */
+static inline __mmask16 amx_keys(int c, int lo, int hi) {
+  const int a = lo - c < 0 ? 0 : lo - c, z = hi - c > 16 ? 16 : hi - c;
+  return z <= a ? (__mmask16)0
+                : (__mmask16)(((1u << z) - 1u) & ~((1u << a) - 1u));
+}
+
+/* One online-softmax step for 16 rows of S (pitch lds, keys [0, nc)),
+   scores times mul (the scale, when folded; mul > 0): m, l, mu of the 16
+   lanes updated as column_done does; P as bf16 pairs of keys into p2 (rows
+   of ldp pairs, keys [nc, ncp) zero, ncp a multiple of 32); with p32 also
+   the fp32 exps back into S (for the masked products of the body). The
+   sums add the fp32 exps, not the rounded P (summing the bf16 pairs cost
+   the LSE a factor 100 in accuracy: 5e-6 against its bound of 1e-5). A
+   NaN score gives a NaN P and so a NaN sum: the maxima need not keep it. */
+static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
+                          float *m, float *l, float *mu, uint32_t *p2, int ldp,
+                          int p32, const int *vlo, const int *vhi) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const int full = nc & ~15;
+  const __mmask16 tailm = (__mmask16)((1u << (nc & 15)) - 1u);
+  __m512i red[16];
+  for (int i = 0; i < 16; i++) {
+    const float *row = s + (size_t)i * lds;
+    __m512 a = ninf, b = ninf;
+    int c = 0;
+    if (vlo) { // a row of a tile that meets a mask: its visible keys only
+      for (c = vlo[i] & ~15; c < vhi[i]; c += 16)
+        a = _mm512_max_ps(
+            _mm512_mask_loadu_ps(ninf, amx_keys(c, vlo[i], vhi[i]), row + c),
+            a);
+      red[i] = _mm512_castps_si512(a);
+      continue;
+    }
+    for (; c + 32 <= full; c += 32) {
+      a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
+      b = _mm512_max_ps(_mm512_loadu_ps(row + c + 16), b);
+    }
+    if (c < full) a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
+    if (tailm)
+      b = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tailm, row + full), b);
+    red[i] = _mm512_castps_si512(_mm512_max_ps(a, b));
+  }
+  const fa_vf mx = vf_max(vf_load(m),
+                          _mm512_mul_ps(amx_rows_max(red), vf_set1(mul))),
+              ref = vf_neginf_to_zero(mx);
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f),
+               refl = _mm512_mul_ps(ref, log2e),
+               k = _mm512_mul_ps(vf_set1(mul), log2e);
+  for (int i = 0; i < 16; i++) {
+    const __m512 ri = _mm512_permutexvar_ps(_mm512_set1_epi32(i), refl);
+    float *row = s + (size_t)i * lds;
+    uint32_t *prow = p2 + (size_t)i * ldp;
+    __m512 sum = _mm512_setzero_ps(), sum2 = sum;
+    const int klo = vlo ? vlo[i] : 0, khi = vlo ? vhi[i] : nc;
+    int c = 0;
+    for (; klo == 0 && c + 32 <= khi; c += 32) { // whole pair tiles, no masks
+      const __m512 lo = amx_exp2(
+                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
+                       0xffff),
+                   hi = amx_exp2(
+                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), k, ri),
+                       0xffff);
+      const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
+      sum = _mm512_add_ps(sum, lo);
+      sum2 = _mm512_add_ps(sum2, hi);
+      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
+      if (p32) {
+        _mm512_storeu_ps(row + c, lo);
+        _mm512_storeu_ps(row + c + 16, hi);
+      }
+    }
+    sum = _mm512_add_ps(sum, sum2);
+    for (; c < ncp; c += 32) {
+      const __m512 p0 = amx_p16(row + c, amx_keys(c, klo, khi), k, ri),
+                   p1 =
+                       amx_p16(row + c + 16, amx_keys(c + 16, klo, khi), k, ri);
+      const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0);
+      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
+      if (p32) {
+        _mm512_storeu_ps(row + c, p0);
+        _mm512_storeu_ps(row + c + 16, p1);
+      }
+    }
+    red[i] = _mm512_castps_si512(sum);
+  }
+  column_done(m, l, mu, 0, mx, ref, amx_rows_sum(red));
+}
+
+/* 1 when a pair row of V2 in [0, ne) holds an inf or NaN (bf16 exponent
+   all ones in either half). */
+static int amx_v_nonfinite(const uint32_t *v2, int64_t ldv2, int ne, int dv) {
+  uint32_t bad = 0;
+  for (int e = 0; e < ne; e++) {
+    const uint32_t *vr = v2 + (size_t)e * ldv2;
+    for (int d = 0; d < dv; d++) {
+      const uint32_t x = vr[d] & 0x7f807f80u;
+      bad |= (uint32_t)((x & 0xffffu) == 0x7f80u) |
+             (uint32_t)((x >> 16) == 0x7f80u);
+    }
+  }
+  return bad != 0;
+}
+
+/* The forward work item w on tiles, or 0 (untouched) for the body. */
+// NOLINTNEXTLINE(readability-function-size): one item's three phases
+static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
+                          const fa_fwd_args *args, const cpu_tiles *t,
+                          float *ws, int64_t w, cpu_partials *part,
+                          const cpu_kvpack *kv) {
+  if (p->dtype != FA_BF16 || !kv->items) return 0;
+  int b, h0, qb, split;
+  fa_plan_work_item(p, plan, w, &b, &h0, &qb, &split);
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int row0 = qb * plan->block_rows, pk = plan->pack_group;
+  if (row0 >= sq) return 0;
+  const int npos = sq - row0 < plan->block_rows ? sq - row0 : plan->block_rows;
+  const int nr = npos * pk;
+  // The body's rule for its row-streaming tiles (kvpack_plan already
+  // refuses tiles that span kv heads).
+  if (nr <= FA_SMALL_LANES || plan->kv_heads_per_tile != 1) return 0;
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
+  const cpu_lanes ln = {h0, pk, row0, npos, shift};
+  const int hk = h0 / p->group, dv = p->a.head_dim_v, ldv = t->ldv;
+  const int ldk2 = kv->ldk2, ldv2 = kv->ldv2, dpairs = p->a.head_dim / 2;
+  const int nr16 = round16(nr);
+  // S rows hold a block's keys rounded to whole pair tiles; P rows as many
+  // pairs.
+  const int lds = (t->bk + 31) / 32 * 32, ldp = lds / 2;
+  float *s = ws + t->s, *o = ws + t->acc, *m = ws + t->m, *l = ws + t->l,
+        *mu = ws + t->mu;
+  uint32_t *q2 = (uint32_t *)(ws + t->qt), *p2 = (uint32_t *)(ws + t->p2);
+  int *vlo = (int *)(ws + t->vis), *vhi = vlo + t->bq;
+
+  // Q rows as stored: pairs along d, the A tiles of the scores.
+  for (int r = 0; r < nr16; r++) {
+    uint32_t *qr = q2 + (size_t)r * ldk2;
+    if (r < nr)
+      memcpy(qr,
+             (const uint16_t *)args->q.data +
+                 fa_q_offset(p, &args->q, b, row0 + r / pk, h0 + r % pk),
+             sizeof(uint16_t) * (size_t)p->a.head_dim);
+    else
+      memset(qr, 0, sizeof(uint32_t) * (size_t)ldk2);
+  }
+  for (int r = 0; r < t->bq; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  memset(o, 0, sizeof(float) * (size_t)t->bq * ldv);
+
+  int kb0, kb1, s0, s1;
+  fa_plan_kv_blocks(p, plan, shift, sq, sk, qb, &kb0, &kb1);
+  fa_plan_split_range(kb0, kb1, plan->num_splits, split, &s0, &s1);
+  const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;
+  const int fold_blocks = FA_FOLD_KEYS > t->bk ? FA_FOLD_KEYS / t->bk : 1;
+  if (fold) fold_init(t, ws, nr, dv);
+  const int special = p->a.softcap > 0.0f || p->a.alibi_slopes;
+  const size_t bh = (size_t)b * p->a.heads_kv + hk;
+  const cpu_slayout sl = {1, lds, t->bq};
+  for (int kb = s0; kb < s1; kb++) {
+    if (fold && kb > s0 && (kb - s0) % fold_blocks == 0)
+      fold_state(t, ws, nr, dv);
+    const int col0 = kb * t->bk;
+    const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    const int nc16 = round16(nc), e16 = round16((nc + 1) / 2);
+    const uint32_t *kt = kv->k + (bh * kv->rows + col0) * ldk2,
+                   *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
+    const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
+    // Masked P is 0, and 0 * inf is NaN: where the tile meets a mask and V
+    // holds inf or NaN, only visible pairs are multiplied (as the body).
+    const int bad = cut && amx_v_nonfinite(v2, ldv2, (nc + 1) / 2, dv);
+    // A tile that meets a mask is fused too, its rows' visible keys as
+    // ranges in the softmax (padded lanes see none).
+    const int fused = !special && !bad && p->a.scale > 0.0f;
+    if (fused && cut) {
+      lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      for (int r = nr; r < nr16; r++) vlo[r] = vhi[r] = 0;
+    }
+    const int *flo = fused && cut ? vlo : NULL, *fhi = vhi;
+    if (!fused) {
+      amx_scores(nr16, nc16, dpairs, q2, ldk2, kt, ldk2, s, lds);
+      const __m512 vs = _mm512_set1_ps(p->a.scale);
+      for (int r = 0; r < nr16; r++)
+        for (int c = 0; c < nc16; c += 16) {
+          float *x = s + (size_t)r * lds + c;
+          _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), vs));
+        }
+      scores_post(p, s, &sl, &ln, sq, sk, col0, nc, NULL);
+    }
+    for (int r0 = 0; r0 < nr16; r0 += FA_AMX_CHUNK) {
+      const int nrow = nr16 - r0 < FA_AMX_CHUNK ? nr16 - r0 : FA_AMX_CHUNK;
+      // Fused, every chunk reuses the first chunk's S and P rows: the
+      // tile stores then meet lines already in L1 (a chunk's own rows of
+      // the 128 KiB tile would be cold at each step).
+      float *sr = s + (fused ? 0 : (size_t)r0 * lds);
+      uint32_t *pr = p2 + (fused ? 0 : (size_t)r0 * ldp);
+      if (fused)
+        amx_scores(nrow, nc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
+                   sr, lds);
+      for (int g = 0; g < nrow; g += 16)
+        amx_softmax16(sr + (size_t)g * lds, lds, nc, 2 * e16,
+                      fused ? p->a.scale : 1.0f, m + r0 + g, l + r0 + g,
+                      mu + r0 + g, pr + (size_t)g * ldp, ldp, bad,
+                      flo ? flo + r0 + g : NULL, fhi + r0 + g);
+      if (bad) continue;
+      rescale_o(o + (size_t)r0 * ldv, ldv, mu + r0, nrow, dv);
+      amx_pv(nrow, dv, e16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
+    }
+    if (bad) {
+      rescale_o(o, ldv, mu, nr, dv);
+      load_k_rows(ws + t->v, ldv, p, &args->v, b, hk, col0, nc, dv);
+      lane_keys(p, &ln, sq, sk, col0, nc, vlo, vhi);
+      gemm_visible(nc, 0, nr, vlo, vhi, dv, s, lds, 1, ws + t->v, ldv, o, ldv,
+                   0);
+    }
+  }
+  if (fold) fold_finish(t, ws, nr, dv);
+  cpu_fwd_item it;
+  memset(&it, 0, sizeof it);
+  it.p = p;
+  it.args = args;
+  it.t = t;
+  it.ws = ws;
+  it.ln = ln;
+  it.b = b;
+  it.sk = sk;
+  it.nr = nr;
+  fwd_item_store(&it, plan, w, part);
+  return 1;
+}
+
+static void amx_fwd_item(const fa_problem *p, const fa_plan_data *plan,
+                         const fa_fwd_args *args, const cpu_tiles *t, float *ws,
+                         int64_t w, cpu_partials *part, const cpu_kvpack *kv) {
+  if (!fwd_item_tiles(p, plan, args, t, ws, w, part, kv))
+    fwd_item(p, plan, args, t, ws, w, part, kv);
+}
+#define FA_FWD_ITEM amx_fwd_item
+
+#endif
