@@ -47,6 +47,24 @@ static inline FA_HD float fa_softmax_exponent(float s, float mul, float ref) {
   return fa_mul_rn(s, mul) - ref;
 }
 
+/* The fused form of fa_softmax_exponent, one FMA instead of a multiply and
+   a subtraction: s * mul - ref exactly, then rounded. Its error is ref's
+   own rounding (m * mul - ref for the row maximum m), a common offset of
+   every exponent of the row that cancels in O = sum P v / sum P and in the
+   LSE (which adds ref back), as long as it stays small: at |ref| < 2^24 it
+   is at most 0.5, so P stays within 2^0.5 of its exact value and every
+   16-bit P keeps its precision. Kernels take it for a warp whose rows all
+   pass fa_softmax_fused_ok (always, short of logits near 2^24 / mul), and
+   fa_softmax_exponent otherwise (f16 inputs near 65504 at the default
+   scale reach |ref| ~ 1e10, where the offset is 2^+-600). */
+static inline FA_HD int fa_softmax_fused_ok(float ref) {
+  return fabsf(ref) < 0x1p24f;
+}
+static inline FA_HD float fa_softmax_exponent_fused(float s, float mul,
+                                                    float ref) {
+  return fmaf(s, mul, -ref);
+}
+
 /* The exponent x = s * mul - lse of a backward's recomputed P, clamped at 0:
    s <= lse holds in real arithmetic, but s is recomputed by another product
    order and lse is rounded, so at huge logits (f16 near 65504 at the

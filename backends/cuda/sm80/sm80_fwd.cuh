@@ -451,15 +451,29 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         const float alpha = rescale_factor(fa_softmax_step(
             &mrow[mi][hr], row_max(s[mi], hr, mrow[mi][hr]), mul, &ref));
         float sum = 0.0f;
+        // One FMA per score unless a row of this warp has a huge reference
+        // (warp-uniform, so the fast loop never diverges).
+        if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+          for (int n = 0; n < NS; n++)
 #pragma unroll
-          for (int e = 0; e < 2; e++) {
-            const float pe =
-                ex2(fa_softmax_exponent(s[mi][n][2 * hr + e], mul, ref));
-            s[mi][n][2 * hr + e] = pe;
-            sum += pe;
-          }
+            for (int e = 0; e < 2; e++) {
+              const float pe = ex2(
+                  fa_softmax_exponent_fused(s[mi][n][2 * hr + e], mul, ref));
+              s[mi][n][2 * hr + e] = pe;
+              sum += pe;
+            }
+        } else {
+#pragma unroll
+          for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const float pe =
+                  ex2(fa_softmax_exponent(s[mi][n][2 * hr + e], mul, ref));
+              s[mi][n][2 * hr + e] = pe;
+              sum += pe;
+            }
+        }
         lrow[mi][hr] = lrow[mi][hr] * alpha + sum;
 #pragma unroll
         for (int n = 0; n < ND; n++) {

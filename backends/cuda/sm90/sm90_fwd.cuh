@@ -335,14 +335,27 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
         // at 0): no drift of l and O block after block.
         alpha[hr] = ae == 0.0f ? 1.0f : ex2(ae);
         float sum = 0.0f;
+        // One FMA per score unless a row of this warp has a huge reference
+        // (warp-uniform, so the fast loop never diverges).
+        if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++)
+          for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-          for (int e = 0; e < 2; e++) {
-            float &v = sc[4 * j + 2 * hr + e];
-            v = ex2(fa_softmax_exponent(v, mul, ref));
-            sum += v;
-          }
+            for (int e = 0; e < 2; e++) {
+              float &v = sc[4 * j + 2 * hr + e];
+              v = ex2(fa_softmax_exponent_fused(v, mul, ref));
+              sum += v;
+            }
+        } else {
+#pragma unroll
+          for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              float &v = sc[4 * j + 2 * hr + e];
+              v = ex2(fa_softmax_exponent(v, mul, ref));
+              sum += v;
+            }
+        }
         lrow[hr] = lrow[hr] * alpha[hr] + sum;
       }
     };
