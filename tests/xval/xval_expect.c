@@ -9,18 +9,25 @@
 #include "fz_tol.h"
 #include "xval_run.h"
 
-/* 1 if the kernel that runs s's forward multiplies whole tiles of P by V
-   (flashattn.h: a NaN or inf in a V row may then reach the rows of its
-   tile that cannot see that key): the GPU tensor-core kernels. */
-static int tile_kernel(xs *s) {
+int xv_fwd_kernel_is(xs *s, const char *const *names, int n) {
   fa_plan *plan = NULL;
   char text[512] = "";
   if (fa_plan_create(s->ctx, &s->ad, s->q.d, s->k.d, s->v.d, s->o.d, &plan))
     return 0;
   fa_plan_describe(plan, text, sizeof text);
   fa_plan_destroy(plan);
-  return strstr(text, "kernel=cuda.sm80.") ||
-         strstr(text, "kernel=cuda.sm90.") || strstr(text, "kernel=hip.cdna.");
+  for (int i = 0; i < n; i++)
+    if (strstr(text, names[i])) return 1;
+  return 0;
+}
+
+/* 1 if the kernel that runs s's forward multiplies whole tiles of P by V
+   (flashattn.h: a NaN or inf in a V row may then reach the rows of its
+   tile that cannot see that key): the GPU tensor-core kernels. */
+static int tile_kernel(xs *s) {
+  static const char *const tc[] = {"kernel=cuda.sm80.", "kernel=cuda.sm90.",
+                                   "kernel=hip.cdna."};
+  return xv_fwd_kernel_is(s, tc, 3);
 }
 
 /* XV_EXPECT_ELEMENTWISE: o (already extracted to ogot) and lse element by
