@@ -117,8 +117,8 @@ typedef enum fa_dtype {
  *
  * Dtypes: q, k and v share the *input* dtype; o, do, dq, dk and dv share
  * the *output* dtype. The two may differ (an f32 o from bf16 inputs) on the
- * kernels that say so (every CPU kernel; fa_explain tells). Accumulation is
- * always fp32.
+ * kernels that say so (every CPU kernel, the GPU generic forward and the
+ * GPU FP8 kernels; fa_explain tells). Accumulation is always fp32.
  *
  * FP8 (FA_E4M3, FA_E5M2) is an input dtype only: q, k and v may be FP8
  * (all three, the input dtype being shared), the output dtype is then f32,

@@ -35,6 +35,8 @@
 // Kernels (dispatch takes the highest score among those that accept),
 // each arch's glue beside its kernels:
 //   cuda.sm90.*          sm90/sm90_host.h (score 30, or 10: see there)
+//   cuda.sm90.<e4m3|e5m2>.d128  sm90/sm90_fp8_host.h (30; FP8 inputs,
+//                        descales, any output dtype; forward only)
 //   cuda.sm80.*.decode   sm80/sm80_host.h (25 when the decode tile fits)
 //   cuda.sm80.*          sm80/sm80_host.h (20)
 //   cuda.generic  every problem with head dims <= 256, forward and backward
@@ -156,10 +158,9 @@ typedef struct kdesc {
   int dim;
 } kdesc;
 
-/* A tensor-core kernel's problem: its dtype and head dims, what every GPU
-   kernel implements, 16-byte aligned tensors. */
-static int tc_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
-                       size_t len) {
+/* A kernel entry's dtype and head dims (head_dim == head_dim_v). */
+static int kernel_dims_ok(const kdesc *k, const fa_kernel_query *q, char *why,
+                          size_t len) {
   const fa_problem *p = q->problem;
   if (p->dtype != k->dtype) {
     (void)snprintf(why, len, "dtype is %s; this kernel is %s",
@@ -172,7 +173,15 @@ static int tc_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
                    p->a.head_dim, p->a.head_dim_v, k->dim, k->dim);
     return 0;
   }
-  return fa_gpu_features_ok(q, why, len) && fa_gpu_aligned16(q, why, len);
+  return 1;
+}
+
+/* A tensor-core kernel's problem: its dtype and head dims, what every GPU
+   kernel implements, 16-byte aligned tensors. */
+static int tc_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
+                       size_t len) {
+  return kernel_dims_ok(k, q, why, len) && fa_gpu_features_ok(q, why, len) &&
+         fa_gpu_aligned16(q, why, len);
 }
 
 /* The tensor-core backwards: what they leave to cuda.generic. */
@@ -273,6 +282,7 @@ static const char *kernel_name(const char *arch, const fa_problem *p, char *buf,
 
 #include "sm80/sm80_host.h"
 #include "sm90/sm90_host.h"
+#include "sm90/sm90_fp8_host.h"
 
 /* ---- cuda.generic -------------------------------------------------------- */
 
@@ -307,6 +317,7 @@ KERNEL_FNS(generic, generic, 0, bf16, 0, "cuda.generic")
 static const fa_kernel kernels[] = {
     // clang-format off
     FA_SM90_ROWS(FA_SM90_ENTRY)
+    FA_SM90_FP8_ROWS(FA_SM90_FP8_ENTRY)
     FA_SM80_DECODE_ROWS(FA_SM80_DECODE_ENTRY)
     FA_SM80_ROWS(FA_SM80_ENTRY)
     // clang-format on

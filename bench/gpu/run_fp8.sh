@@ -9,8 +9,9 @@
 #   STEPS="build sass xval bench" bench/gpu/run_fp8.sh     (the default)
 # Each step fits one device call (< 10 min); logs under OUT_DIR (default
 # $OUT, else build-fp8/run). The last lines are a short summary. The sm90
-# FP8 kernels (cuda.sm90.e4m3.d128, cuda.sm90.e5m2.d128) are on branch
-# fp8-sm90-wgmma; where they are not compiled in, their steps SKIP (77).
+# FP8 kernels (cuda.sm90.e4m3.d128, cuda.sm90.e5m2.d128) are in
+# backends/cuda/sm90/ (sm90_fp8_fwd.cuh, host glue sm90_fp8_host.h); where
+# they are not compiled in, their steps SKIP (77).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-fp8}
@@ -44,19 +45,21 @@ if has sass; then
   # with E4M3 operands, and no local memory (LDL/STL) anywhere in them.
   grep -A3 "fa_sm90_fp8" "$out/build.log" | grep -E "Compiling|registers|spill" |
     sed 's/ptxas info *: //' | tee "$out/ptxas-fp8.txt"
-  obj=$(find "$build" -name 'sm90_fp8_fwd_e4m3_d128.cu.o' | head -1)
-  if command -v cuobjdump >/dev/null && [ -n "$obj" ]; then
-    cuobjdump --dump-sass "$obj" >"$out/sass-fp8.txt" 2>&1
-    note "SASS: $(grep -c 'HGMMA.*E4M3' "$out/sass-fp8.txt") HGMMA e4m3, $(grep -cE 'HGMMA' "$out/sass-fp8.txt") HGMMA, $(grep -cE '\b(LDL|STL)\b' "$out/sass-fp8.txt") LDL/STL"
-    grep -oE 'HGMMA[.A-Z0-9]*' "$out/sass-fp8.txt" | sort | uniq -c | head
-  else
-    note "SASS: no cuobjdump or object"
-  fi
+  for t in e4m3 e5m2; do
+    obj=$(find "$build" -name "sm90_fp8_fwd_${t}_d128.cu.o" | head -1)
+    if command -v cuobjdump >/dev/null && [ -n "$obj" ]; then
+      cuobjdump --dump-sass "$obj" >"$out/sass-$t.txt" 2>&1
+      note "SASS $t: $(grep -cE 'HGMMA.*E(4M3|5M2)' "$out/sass-$t.txt") HGMMA FP8 of $(grep -c 'HGMMA' "$out/sass-$t.txt"), $(grep -cE '\b(LDL|STL)\b' "$out/sass-$t.txt") LDL/STL"
+      grep -oE 'HGMMA[.A-Z0-9]*' "$out/sass-$t.txt" | sort | uniq -c | head -4
+    else
+      note "SASS $t: no cuobjdump or object"
+    fi
+  done
 fi
 
 if has xval; then
   x="$build/tests/xval/test_xval"
-  for k in cuda.generic cuda.sm90.e4m3.d128 cuda; do
+  for k in cuda.generic cuda.sm90.e4m3.d128 cuda.sm90.e5m2.d128 cuda; do
     for g in fwd.fp8 fwd.fp8-decode; do
       timeout 240 "$x" --backend "$k" --group "$g" >"$out/xval-$k-$g.log" 2>&1
       note "xval $k $g: rc $? ($(grep -hoE '[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$out/xval-$k-$g.log" | tail -1))"
@@ -65,10 +68,11 @@ if has xval; then
   done
   # The sm90 FP8 kernel over the whole grid (it skips what it declines),
   # and the generic forward's new descale and output-dtype cases.
-  timeout 300 "$x" --backend cuda.sm90.e4m3.d128 --group all \
-    >"$out/xval-sm90fp8-all.log" 2>&1
-  note "xval cuda.sm90.e4m3.d128 all: rc $? ($(grep -hoE '[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$out/xval-sm90fp8-all.log" | tail -1))"
-  grep -hE 'FAIL' "$out/xval-sm90fp8-all.log" | head -6
+  for k in cuda.sm90.e4m3.d128 cuda.sm90.e5m2.d128; do
+    timeout 200 "$x" --backend $k --group all >"$out/xval-$k-all.log" 2>&1
+    note "xval $k all: rc $? ($(grep -hoE '[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$out/xval-$k-all.log" | tail -1))"
+    grep -hE 'FAIL' "$out/xval-$k-all.log" | head -6
+  done
   for g in fwd.descale fwd.outdtype; do
     timeout 200 "$x" --backend cuda.generic --group "$g" >"$out/xval-generic-$g.log" 2>&1
     note "xval cuda.generic $g: rc $?"

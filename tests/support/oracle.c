@@ -513,6 +513,10 @@ done:
 /* ---- naive same-precision attention ------------------------------------- */
 
 static float round_to(fa_dtype t, float x) {
+  // e4m3 is only ever P's rounding (fa_naive_forward_p8): times 2^8, as
+  // the FP8 tensor-core kernels store it.
+  if (t == FA_E4M3)
+    return fa_fp8_to_f32(fa_f32_to_e4m3(x * 256.0f), FA_E4M3) / 256.0f;
   if (t == FA_F16) return fa_f16_to_f32(fa_f32_to_f16(x));
   if (t == FA_BF16) return fa_bf16_to_f32(fa_f32_to_bf16(x));
   return x;
@@ -639,6 +643,11 @@ int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
                         fa_tensor v, fa_dtype t, float *o, float *lse) {
   return naive_forward(a, q, k, v, fa_dtype_is_fp8(q.dtype) ? t : q.dtype, t, o,
                        lse);
+}
+
+int fa_naive_forward_p8(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype t, float *o, float *lse) {
+  return naive_forward(a, q, k, v, FA_E4M3, t, o, lse);
 }
 
 static int naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,

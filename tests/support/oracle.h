@@ -100,6 +100,11 @@ int fa_naive_forward_out(const fa_attention *a, fa_tensor q, fa_tensor k,
    to t) and O to t: the yardstick for 16-bit inputs with an f32 output. */
 int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
                         fa_tensor v, fa_dtype t, float *o, float *lse);
+/* The same with P rounded to e4m3 (times 2^8, the scale the FP8 tensor-core
+   kernels store P with: cuda.sm90.e4m3.*, cuda.sm90.e5m2.*) and O to t: the
+   yardstick of a kernel whose P V product takes FP8 operands. */
+int fa_naive_forward_p8(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype t, float *o, float *lse);
 
 /* Naive same-precision backward, on top of the naive forward above (O is
    the naive forward's output, already rounded to t, which is d_o's dtype,

@@ -9,11 +9,9 @@
 #include "fz_tol.h"
 #include "xval_run.h"
 
-/* 1 if the kernel that runs s's forward (bwd: backward) multiplies whole
-   tiles (flashattn.h: a NaN or inf in a V row, and in the backward in a
-   q, k, v or dO row, may then reach the rows of its tile that cannot see
-   it): the GPU tensor-core kernels. */
-static int tile_kernel(xs *s, int bwd) {
+/* 1 if the kernel that runs s's forward (bwd: backward) has a name that
+   contains one of names[0..n) (as fa_plan_describe writes it). */
+int xv_kernel_is(xs *s, int bwd, const char *const *names, int n) {
   fa_plan *plan = NULL;
   char text[512] = "";
   fa_status st = bwd ? fa_plan_create_backward(s->ctx, &s->ad, s->q.d, s->k.d,
@@ -24,8 +22,23 @@ static int tile_kernel(xs *s, int bwd) {
   if (st) return 0;
   fa_plan_describe(plan, text, sizeof text);
   fa_plan_destroy(plan);
-  return strstr(text, "kernel=cuda.sm80.") ||
-         strstr(text, "kernel=cuda.sm90.") || strstr(text, "kernel=hip.cdna.");
+  for (int i = 0; i < n; i++)
+    if (strstr(text, names[i])) return 1;
+  return 0;
+}
+
+int xv_fwd_kernel_is(xs *s, const char *const *names, int n) {
+  return xv_kernel_is(s, 0, names, n);
+}
+
+/* 1 if the kernel that runs s's forward (bwd: backward) multiplies whole
+   tiles (flashattn.h: a NaN or inf in a V row, and in the backward in a
+   q, k, v or dO row, may then reach the rows of its tile that cannot see
+   it): the GPU tensor-core kernels. */
+static int tile_kernel(xs *s, int bwd) {
+  static const char *const tc[] = {"kernel=cuda.sm80.", "kernel=cuda.sm90.",
+                                   "kernel=hip.cdna."};
+  return xv_kernel_is(s, bwd, tc, 3);
 }
 
 /* XV_EXPECT_ELEMENTWISE: o (already extracted to ogot) and lse element by

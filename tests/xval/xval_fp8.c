@@ -31,7 +31,7 @@ void xv_fwd_fp8(xv_list *l) {
   F(c.dt = FA_E5M2; c.qamp = 8.0f; c.sk = 300; c.descale = 1); // sharp
   F(c.out = OUT(FA_BF16); c.plan = 1; c.sq = 65; c.sk = 97; c.descale = 2;
     c.hq = 4);
-  // e4m3 at head dim 128, the FP8 tensor-core kernels' shape: partial
+  // Head dim 128, the FP8 tensor-core kernels' shape: partial
   // tiles of queries and keys, GQA, varlen with seqused_k, a window, each
   // output dtype.
   F(c.d = c.dv = 128; c.out = OUT(FA_BF16); c.sq = 300; c.sk = 517; c.hq = 4;
@@ -42,6 +42,10 @@ void xv_fwd_fp8(xv_list *l) {
     c.descale = 1);
   F(c.d = c.dv = 128; c.out = OUT(FA_BF16); c.sq = 129; c.sk = 640; c.hq = 8;
     c.hkv = 1; c.wl = 100; c.wr = 0; c.descale = 2; c.sinks = 1);
+  F(c.dt = FA_E5M2; c.d = c.dv = 128; c.out = OUT(FA_BF16); c.sq = 257;
+    c.sk = 389; c.hq = 4; c.causal = BR; c.descale = 2);
+  F(c.dt = FA_E5M2; c.d = c.dv = 128; c.b = 3; c.varlen = 1; c.seqused = 1;
+    c.hq = 4; c.hkv = 4; c.descale = 1);
 #undef F
 }
 

@@ -127,6 +127,10 @@ int xv_nan_role(int gen);
 void xv_place_nan(xs *s, xt *x, int role);
 
 /* ---- xval_expect.c: expectation mode XV_EXPECT_ELEMENTWISE */
+/* 1 if the plan of s's forward names a kernel containing one of names[0..n)
+   in its description ("kernel=cuda.sm90.", ...). */
+int xv_kernel_is(xs *s, int bwd, const char *const *names, int n);
+int xv_fwd_kernel_is(xs *s, const char *const *names, int n);
 int xv_check_bwd_elementwise(xs *s, double *const ref[3], double *const got[3],
                              const size_t cnt[3], char *res, size_t rn,
                              msgbuf *m);

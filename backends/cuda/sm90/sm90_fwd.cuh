@@ -5,7 +5,8 @@
 // to the consumer warpgroups by setmaxnreg), wgmma for S = Q K^T (both
 // operands from shared memory) and O += P V (P from registers), the online
 // softmax in base 2 with scale * log2(e) folded into one FFMA, and a
-// persistent grid over (batch, head, q block) items (see item_of).
+// persistent grid over (batch, head, q block) items (item_of,
+// sm90_items.cuh).
 //
 // CTA = 1 + NC warpgroups (NC = block_m / 64: 2, or 3 at d64). Warpgroup 0
 // (producer): one thread loads, per work item, Q (block_m rows) once and
@@ -62,6 +63,7 @@
 #include "common/wgmma_sync.cuh"
 #include "flashattn.h"
 #include "gpu_semantics.h"
+#include "sm90_items.cuh"
 #include "sm90_wgmma.h"
 #include "softmax.h"
 
@@ -77,56 +79,8 @@ template <int D> struct tile;
 #include "sm90_tiles.def"
 #undef FA_SM90_TILE
 
-/* Registers a warpgroup keeps after setmaxnreg: the producer 24, each of
-   the NC consumers what is left of the SM's 65,536, rounded down to 8:
-   NC = 2: 128 x 24 + 256 x 240 = 64,512; NC = 3: 128 x 24 + 384 x 160.
-   (ptxas allocates each branch to its limit; at 232 the overlapped
-   schedule of d128 spilled, at 240 it does not.) */
-constexpr int kProducerRegs = 24;
-template <int NC> __host__ __device__ constexpr int consumer_regs() {
-  return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
-}
-
 /* ---- the kernel
  * --------------------------------------------------------------- */
-
-/* One work item (batch, head, q block) of the plan: its sequence lengths
-   and K/V block range; valid = 0 when the q block is past the sequence. */
-struct item {
-  int b, h, qb, sq, sk, row0, kb0, kb1, valid;
-};
-
-/* Work item w of the persistent grid (CTA c takes c, c + grid, ...).
-   Equal-length items (no growing mask): the q blocks of one (batch, head)
-   are consecutive, heads of one kv head next to each other, so the CTAs
-   running at once read the same K/V and it stays in L2 (at 16k keys a
-   tile reads 8 MB of K/V in ~0.25 ms: without reuse that alone would run
-   at HBM speed); measured +25% at s = 512 ... 1k, +10% at 4k (d128).
-   Causal: the plan's order (fa_gpu_work_item: all heads' longest q blocks
-   first), which balances the static striding; the head-major order gave
-   one CTA a head's longest blocks and another its shortest (-25% at 16k). */
-template <int BM, int BN>
-__device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
-  item t;
-  const int nqb = p.num_q_blocks;
-  const int grows = p.window_left < 0 && p.window_right >= 0;
-  if (grows) {
-    int split;
-    fa_gpu_work_item(&p, w, &t.b, &t.h, &t.qb, &split);
-  } else {
-    const int64_t bh = w / nqb;
-    t.qb = (int)(w - bh * nqb);
-    t.h = (int)(bh % p.heads_q);
-    t.b = (int)(bh / p.heads_q);
-  }
-  t.sq = fa_gpu_len_q(&p, t.b);
-  t.sk = fa_gpu_len_k(&p, t.b);
-  t.row0 = t.qb * BM;
-  t.valid = t.row0 < t.sq;
-  t.kb0 = t.kb1 = 0;
-  if (t.valid) fa_gpu_kv_blocks(&p, BM, BN, t.sq, t.sk, t.qb, &t.kb0, &t.kb1);
-  return t;
-}
 
 template <typename T, int D, bool SPECIAL, bool PINGPONG>
 __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
@@ -149,23 +103,11 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + QB, sV = sK + ST * KVB;
   const uint32_t sBar = sV + ST * KVB;
-  const uint32_t q_full = sBar, q_empty = sBar + 8;
-  const uint32_t k_full = sBar + 16, v_full = k_full + 8 * ST,
-                 k_empty = v_full + 8 * ST, v_empty = k_empty + 8 * ST;
+  const bars bb = init_bars<ST, NCT>(sBar);
+  const uint32_t q_full = bb.q_full, q_empty = bb.q_empty;
+  const uint32_t k_full = bb.k_full, v_full = bb.v_full, k_empty = bb.k_empty,
+                 v_empty = bb.v_empty;
   // (each + 8 * stage)
-
-  if (threadIdx.x == 0) {
-    bar_init(q_full, 1);
-    bar_init(q_empty, NCT);
-    for (int s = 0; s < ST; s++) {
-      bar_init(k_full + 8 * s, 1);
-      bar_init(v_full + 8 * s, 1);
-      bar_init(k_empty + 8 * s, NCT);
-      bar_init(v_empty + 8 * s, NCT);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
 
   if (threadIdx.x < 128) {
     // ---- producer warpgroup: one thread issues every copy ----
@@ -298,66 +240,15 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
             }
         }
       }
-      if (col0 < full_lo || col0 > full_hi) {
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-          int lo, hi;
-          fa_gpu_visible(&p, t.row0 + rbase + 8 * hr, t.sq, t.sk, &lo, &hi);
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const int c = col0 + 8 * j + 2 * t4 + e;
-              if (c < lo || c >= hi) sc[4 * j + 2 * hr + e] = -INFINITY;
-            }
-        }
-      }
+      if (col0 < full_lo || col0 > full_hi)
+        mask_rows<BN>(p, sc, t.row0 + rbase, t.sq, t.sk, col0, t4);
     };
     // Online softmax over sc (in place: sc becomes P), m and l updated;
     // alpha[hr] = the factor O must be rescaled by. pack_p then packs P to
     // 16 bits (the accumulators of n8 chunks 2kk, 2kk+1 are, packed, the
     // m16n8k16 A fragment of keys 16kk..16kk+15).
     auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
-#pragma unroll
-      for (int hr = 0; hr < 2; hr++) {
-        // The core's step (fa_softmax_step) in the exp2 domain, on this
-        // thread's fragment of the row, with the max NaN-sticky.
-        float m = mrow[hr];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-          m = fa_max_nan(
-              m, fa_max_nan(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
-        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
-        m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
-        float ref;
-        const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref);
-        // Exactly 1 while the maximum stands (ex2.approx need not give 1
-        // at 0): no drift of l and O block after block.
-        alpha[hr] = ae == 0.0f ? 1.0f : ex2(ae);
-        float sum = 0.0f;
-        // One FMA per score unless a row of this warp has a huge reference
-        // (warp-uniform, so the fast loop never diverges).
-        if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              float &v = sc[4 * j + 2 * hr + e];
-              v = ex2(fa_softmax_exponent_fused(v, mul, ref));
-              sum += v;
-            }
-        } else {
-#pragma unroll
-          for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              float &v = sc[4 * j + 2 * hr + e];
-              v = ex2(fa_softmax_exponent(v, mul, ref));
-              sum += v;
-            }
-        }
-        lrow[hr] = lrow[hr] * alpha[hr] + sum;
-      }
+      softmax_rows<BN>(sc, mrow, lrow, alpha, mul);
     };
     auto pack_p = [&](const float(&sc)[BN / 2], uint32_t(&pa)[BN / 16][4]) {
 #pragma unroll

@@ -78,11 +78,13 @@ static fa_sm90_bwd_fn sm90_bwd_find(fa_dtype dtype, int dim) {
 
 /* Whether the sm90 launchers' tensor maps can describe tensor t of `rows`
    storage rows (per batch, or all of them when varlen) and `heads` heads:
-   the conditions of make_map (common/tma.cuh) on 16-bit elements. */
+   the conditions of make_map (common/tma.cuh) on 16-bit elements, and of
+   map_rows (sm90_fp8_fwd.cuh) on FP8 ones. */
 static int tma_ok(const char *name, const fa_tensor *t, int64_t rows, int heads,
                   int batch, char *why, size_t len) {
-  const int64_t ss = t->stride_seq * 2, sh = t->stride_head * 2;
-  const int64_t sb = batch > 1 ? t->stride_batch * 2 : rows * ss;
+  const int64_t es = t->dtype == FA_E4M3 || t->dtype == FA_E5M2 ? 1 : 2;
+  const int64_t ss = t->stride_seq * es, sh = t->stride_head * es;
+  const int64_t sb = batch > 1 ? t->stride_batch * es : rows * ss;
   const int64_t lim = (int64_t)1 << 40;
   const char *bad = NULL;
   if ((uintptr_t)t->data % 16 || ss % 16 || sh % 16 || sb % 16)
@@ -117,11 +119,11 @@ static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
   return 1;
 }
 
-static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
-                         size_t len) {
+/* The sm90 kernels' device, build, TMA and key-range conditions (`paged`:
+   why this kernel declines paged KV, and who takes it). */
+static int sm90_device_ok(const fa_kernel_query *q, int built,
+                          const char *paged, char *why, size_t len) {
   const fa_problem *p = q->problem;
-  const int bwd = is_backward(q);
-  if (!tc_shape_ok(k, q, why, len)) return 0;
   int cc = query_cc(q);
   if (cc != 90) {
     (void)snprintf(why, len,
@@ -130,8 +132,6 @@ static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
                    query_device(q), cc / 10, cc % 10);
     return 0;
   }
-  int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
-                  : sm90_find(k->dtype, k->dim) != NULL;
   if (!built) {
     (void)snprintf(why, len,
                    "not compiled in this build (90a, "
@@ -139,8 +139,7 @@ static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
     return 0;
   }
   if (p->paged) {
-    (void)snprintf(why, len,
-                   "paged KV (the sm80 kernels read the block table)");
+    (void)snprintf(why, len, "paged KV (%s)", paged);
     return 0;
   }
   if (p->a.seqlen_k == 0) {
@@ -153,6 +152,19 @@ static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
     (void)snprintf(why, len, "the driver has no cuTensorMapEncodeTiled");
     return 0;
   }
+  return 1;
+}
+
+static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
+                         size_t len) {
+  const fa_problem *p = q->problem;
+  const int bwd = is_backward(q);
+  if (!tc_shape_ok(k, q, why, len)) return 0;
+  int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
+                  : sm90_find(k->dtype, k->dim) != NULL;
+  if (!sm90_device_ok(q, built, "the sm80 kernels read the block table", why,
+                      len))
+    return 0;
   if (bwd && !tc_backward_ok(p, why, len)) return 0;
   return sm90_layout_ok(q, why, len);
 }

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+// What the sm90 forwards share of their schedule (sm90_fwd.cuh, the 16-bit
+// one; sm90_fp8_fwd.cuh, the FP8 one): the setmaxnreg register split of
+// the producer and consumer warpgroups, the mbarriers, the persistent
+// grid's work items and the consumers' masking and online softmax on the S
+// fragment.
+#ifndef FA_CUDA_SM90_ITEMS_CUH
+#define FA_CUDA_SM90_ITEMS_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include "common/ptx.cuh"
+#include "common/tma.cuh"
+#include "gpu_semantics.h"
+#include "softmax.h"
+
+namespace fa_sm90 {
+
+/* Registers a warpgroup keeps after setmaxnreg: the producer 24, each of
+   the NC consumers what is left of the SM's 65,536, rounded down to 8:
+   NC = 2: 128 x 24 + 256 x 240 = 64,512; NC = 3: 128 x 24 + 384 x 160.
+   (ptxas allocates each branch to its limit; at 232 the overlapped
+   schedule of d128 spilled, at 240 it does not.) */
+constexpr int kProducerRegs = 24;
+template <int NC> __host__ __device__ constexpr int consumer_regs() {
+  return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
+}
+
+/* The forwards' mbarriers at sBar (8 bytes each; see sm90_fwd.cuh's
+   synchronisation table), k_full ... v_empty one per stage (+ 8 * stage):
+   thread 0 initialises them (expect_tx barriers count 1, "empty" ones the
+   NCT consumer threads), then the CTA syncs. */
+struct bars {
+  uint32_t q_full, q_empty, k_full, v_full, k_empty, v_empty;
+};
+template <int ST, int NCT>
+__device__ __forceinline__ bars init_bars(uint32_t sBar) {
+  bars b;
+  b.q_full = sBar;
+  b.q_empty = sBar + 8;
+  b.k_full = sBar + 16;
+  b.v_full = b.k_full + 8 * ST;
+  b.k_empty = b.v_full + 8 * ST;
+  b.v_empty = b.k_empty + 8 * ST;
+  if (threadIdx.x == 0) {
+    fa_cuda::bar_init(b.q_full, 1);
+    fa_cuda::bar_init(b.q_empty, NCT);
+    for (int s = 0; s < ST; s++) {
+      fa_cuda::bar_init(b.k_full + 8 * s, 1);
+      fa_cuda::bar_init(b.v_full + 8 * s, 1);
+      fa_cuda::bar_init(b.k_empty + 8 * s, NCT);
+      fa_cuda::bar_init(b.v_empty + 8 * s, NCT);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  return b;
+}
+
+/* One work item (batch, head, q block) of the plan: its sequence lengths
+   and K/V block range; valid = 0 when the q block is past the sequence. */
+struct item {
+  int b, h, qb, sq, sk, row0, kb0, kb1, valid;
+};
+
+/* Work item w of the persistent grid (CTA c takes c, c + grid, ...).
+   Equal-length items (no growing mask): the q blocks of one (batch, head)
+   are consecutive, heads of one kv head next to each other, so the CTAs
+   running at once read the same K/V and it stays in L2 (at 16k keys a
+   tile reads 8 MB of K/V in ~0.25 ms: without reuse that alone would run
+   at HBM speed); measured +25% at s = 512 ... 1k, +10% at 4k (d128).
+   Causal: the plan's order (fa_gpu_work_item: all heads' longest q blocks
+   first), which balances the static striding; the head-major order gave
+   one CTA a head's longest blocks and another its shortest (-25% at 16k). */
+template <int BM, int BN>
+__device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
+  item t;
+  const int nqb = p.num_q_blocks;
+  const int grows = p.window_left < 0 && p.window_right >= 0;
+  if (grows) {
+    int split;
+    fa_gpu_work_item(&p, w, &t.b, &t.h, &t.qb, &split);
+  } else {
+    const int64_t bh = w / nqb;
+    t.qb = (int)(w - bh * nqb);
+    t.h = (int)(bh % p.heads_q);
+    t.b = (int)(bh / p.heads_q);
+  }
+  t.sq = fa_gpu_len_q(&p, t.b);
+  t.sk = fa_gpu_len_k(&p, t.b);
+  t.row0 = t.qb * BM;
+  t.valid = t.row0 < t.sq;
+  t.kb0 = t.kb1 = 0;
+  if (t.valid) fa_gpu_kv_blocks(&p, BM, BN, t.sq, t.sk, t.qb, &t.kb0, &t.kb1);
+  return t;
+}
+
+/* The consumers' row operations on a warpgroup's S accumulator fragment
+   (m64nBN: a thread holds rows g and g + 8 of its warp's 16, hr = 0/1,
+   columns 8j + 2 t4 + e).
+
+   Masks the keys of the block at col0 that rows row0 + rbase (+ 8) do not
+   see (fa_gpu_visible) to -inf. */
+template <int BN>
+__device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
+                                          float (&sc)[BN / 2], int row, int sq,
+                                          int sk, int col0, int t4) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    int lo, hi;
+    fa_gpu_visible(&p, row + 8 * hr, sq, sk, &lo, &hi);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int c = col0 + 8 * j + 2 * t4 + e;
+        if (c < lo || c >= hi) sc[4 * j + 2 * hr + e] = -INFINITY;
+      }
+  }
+}
+
+/* Online softmax over sc (in place: sc becomes P), m and l updated;
+   alpha[hr] = the factor O must be rescaled by. The core's step
+   (fa_softmax_step) in the exp2 domain, on this thread's fragment of the
+   row (the 4 threads of a row reduce by shuffles), with the max NaN-sticky
+   (fa_max_nan): a NaN score reaches l, O and the LSE. */
+template <int BN>
+__device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
+                                             float (&mrow)[2], float (&lrow)[2],
+                                             float (&alpha)[2], float mul) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    float m = mrow[hr];
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+      m = fa_max_nan(m, fa_max_nan(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
+    m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
+    m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
+    float ref;
+    const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref);
+    // Exactly 1 while the maximum stands (ex2.approx need not give 1 at 0):
+    // no drift of l and O block after block.
+    alpha[hr] = ae == 0.0f ? 1.0f : fa_cuda::ex2(ae);
+    float sum = 0.0f;
+    // One FMA per score unless a row of this warp has a huge reference
+    // (warp-uniform, so the fast loop never diverges).
+    if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float &v = sc[4 * j + 2 * hr + e];
+          v = fa_cuda::ex2(fa_softmax_exponent_fused(v, mul, ref));
+          sum += v;
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float &v = sc[4 * j + 2 * hr + e];
+          v = fa_cuda::ex2(fa_softmax_exponent(v, mul, ref));
+          sum += v;
+        }
+    }
+    lrow[hr] = lrow[hr] * alpha[hr] + sum;
+  }
+}
+
+} // namespace fa_sm90
+
+#endif
