@@ -16,23 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "gpu_semantics.h"
 #include "sm90_paged.h"
 #include "sm90_tiles.h"
 #include "tensor.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      if (failures++ < 20) {                                                   \
-        printf("FAIL %s:%d: ", __FILE__, __LINE__);                            \
-        printf(__VA_ARGS__);                                                   \
-        printf("\n");                                                          \
-      }                                                                        \
-    }                                                                          \
-  } while (0)
 
 /* Whether every block of bn keys over pages of ps slots is whole boxes of
    min(ps, bn) rows, each inside one page and 8-row aligned, for the first
@@ -113,8 +101,8 @@ static void check_boxes(ts_rng *r, int bn) {
       }
       const int64_t off = fa_gpu_k_offset(&p, &k, b, key0, h);
       if (off < 0) {
-        CHECK(x.page == num_pages, "page %d b %d key %d: entry %d, page %d",
-              ps, b, key0, table[b * mbps + key0 / ps], x.page);
+        CHECK(x.page == num_pages, "page %d b %d key %d: entry %d, page %d", ps,
+              b, key0, table[b * mbps + key0 / ps], x.page);
         continue;
       }
       CHECK(x.page >= 0 && x.page < num_pages && x.slot >= 0 &&
@@ -142,12 +130,8 @@ int main(void) {
   for (int c = 0; c < 300; c++)
     for (int i = 0; i < fa_cuda_num_sm90_tiles; i++)
       check_boxes(&r, fa_cuda_sm90_tiles[i].block_n);
-  if (failures) {
-    printf("%d checks failed (FA_TEST_SEED=0x%llx reproduces)\n", failures,
-           (unsigned long long)seed);
-    return 1;
-  }
-  printf("sm90_paged.h: boxes agree with fa_gpu_k_offset on 300 random "
-         "tables per tile\n");
-  return 0;
+  printf("sm90_paged.h: boxes against fa_gpu_k_offset on 300 random tables "
+         "per tile (FA_TEST_SEED=0x%llx reproduces)\n",
+         (unsigned long long)seed);
+  return ut_finish("gpu.sm90-paged");
 }

@@ -224,22 +224,21 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
           const int rows = fa_sm90_paged_box_rows(p.page_size, BN);
           const fa_sm90_paged_box bx =
               fa_sm90_paged_box_of(&p, t.b, t.sk, kb * BN + lane * rows);
-          bar_wait(k_empty + 8 * s, ph ^ 1);
           const unsigned lanes = rows == BN ? 1u : (1u << (BN / rows)) - 1;
-          const uint32_t at = s * KVB + lane * rows * 128;
-          if (leader) bar_expect_tx(k_full + 8 * s, KVB);
-          __syncwarp(lanes);
+          // Stage s of ring `buf` (K or V) once free: armed by lane 0, then
+          // each lane's box.
+          auto copy = [&](uint32_t buf, const CUtensorMap *map, uint32_t full,
+                          uint32_t empty) {
+            bar_wait(empty + 8 * s, ph ^ 1);
+            if (leader) bar_expect_tx(full + 8 * s, KVB);
+            __syncwarp(lanes);
 #pragma unroll
-          for (int cb = 0; cb < NCB; cb++)
-            tma_load(sK + at + cb * BN * 128, &tk, k_full + 8 * s, cb * 64,
-                     bx.slot, hk, bx.page);
-          bar_wait(v_empty + 8 * s, ph ^ 1);
-          if (leader) bar_expect_tx(v_full + 8 * s, KVB);
-          __syncwarp(lanes);
-#pragma unroll
-          for (int cb = 0; cb < NCB; cb++)
-            tma_load(sV + at + cb * BN * 128, &tv, v_full + 8 * s, cb * 64,
-                     bx.slot, hk, bx.page);
+            for (int cb = 0; cb < NCB; cb++)
+              tma_load(buf + s * KVB + lane * rows * 128 + cb * BN * 128, map,
+                       full + 8 * s, cb * 64, bx.slot, hk, bx.page);
+          };
+          copy(sK, &tk, k_full, k_empty);
+          copy(sV, &tv, v_full, v_empty);
           continue;
         }
         bar_wait(k_empty + 8 * s, ph ^ 1);
