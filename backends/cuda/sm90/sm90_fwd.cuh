@@ -99,7 +99,7 @@ template <int NC> __host__ __device__ constexpr int consumer_regs() {
   return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
 }
 /* The paged producer keeps a page and a slot per lane across its waits: at
-   24 registers ptxas spills 8-12 bytes of it (to L1, a few accesses per
+   24 registers ptxas spills 8-16 bytes of it (to L1, a few accesses per
    block). With three consumers (512 threads entering at 128 registers) 32
    leaves them their 160 (128 x 32 + 384 x 160 = 65,536) and nothing
    spills; with two (entering at 168) 24 is all that 240 each leaves. */
