@@ -37,6 +37,12 @@ e4m3 d128 16k: 1055 TFLOPS).
 
   python3 bench/gpu/bench_sdpa.py --lib build-cuda/libflashattn.so \
       [--quick] [--bwd] [--decode] [--dtype bf16|f16|e4m3] [--json FILE]
+
+--paged times chunked prefill over a paged KV cache (bench_paged.py: q 2048
+against kv 8k ... 64k, page 16 and 64, GQA 8:1, d 128).
+
+  python3 bench/gpu/bench_sdpa.py --lib build-cuda/libflashattn.so \
+      --no-forward --paged [--quick] [--json FILE]
 """
 import argparse
 import ctypes
@@ -47,6 +53,8 @@ import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench_paged import paged_bad, paged_suite, paged_table
 
 FA_F16, FA_BF16, FA_E4M3 = 1, 2, 3
 FA_CAUSAL_BOTTOM_RIGHT = 1
@@ -586,6 +594,10 @@ def main():
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--bwd", action="store_true")
     ap.add_argument("--no-forward", action="store_true")
+    ap.add_argument("--paged", action="store_true",
+                    help="chunked prefill over a paged KV cache")
+    ap.add_argument("--paged-batch", type=int, default=2,
+                    help="sequences of the --paged problems")
     ap.add_argument("--dims", default="64,128",
                     help="forward head dims, comma-separated")
     ap.add_argument("--sm80", action="store_true",
@@ -644,6 +656,11 @@ def main():
         out["backward"] = backward_suite(fa, args, tdtype, fdtype)
     if args.decode:
         out["decode"] = decode_suite(fa, args, tdtype, fdtype)
+    if args.paged:
+        from torch.nn.attention.bias import causal_lower_right
+        out["paged"] = paged_suite(fa, args, tdtype, fdtype,
+                                   (FaAttention, bshd, time_calls, rel_err,
+                                    causal_lower_right))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
@@ -693,7 +710,10 @@ def main():
                 "causal" if r["causal"] else "full", r["s"], r["kernel"],
                 r["ours_tflops"], r["fa2_bf16_tflops"],
                 r["cudnn_bf16_tflops"], r["ours_tflops"] / 1055.0))
+    if "paged" in out:
+        paged_table(out["paged"], args.dtype)
     bad = [r for r in out.get("forward", []) if not r["err_vs_fa2"] < 2e-2]
+    bad += paged_bad(out.get("paged", []))
     # FP8 P (e4m3: 2^-4 steps, ~3% per P) against a bf16 reference: a
     # gross-error check only (xval is the correctness test).
     bad += [r for r in out.get("fp8", []) if not r["err_vs_fa2"] < 1e-1]

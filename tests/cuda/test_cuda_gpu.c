@@ -754,6 +754,9 @@ static void check_bad_arrays(void) {
        1, 0},
       {"bad paged", FA_BF16, 2, 20, 300, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 2,
        16},
+      // Enough q blocks for the sm90 kernel: its TMA boxes over the pool.
+      {"sm90 bad paged", FA_BF16, 1, 600, 2000, 32, 4, 128, 128,
+       FA_CAUSAL_BOTTOM_RIGHT, -1, -1, 0, 0, 0, 2, 16},
   };
   fa_context *ctxs[2] = {gpu, gen};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -899,6 +902,8 @@ int main(int argc, char **argv) {
        0, 0, 0, 0, 0},
       {"sm90 quick varlen", FA_F16, 2, 150, 130, 70, 70, 64, 64, 0, -1, -1, 0,
        0, 1, 1, 0},
+      {"sm90 quick paged", FA_BF16, 1, 200, 600, 70, 10, 128, 128, BR, -1, -1,
+       0, 0, 0, 2, 16},
   };
   static const prob full_cases[] = {
       {"d64", FA_BF16, 2, 300, 300, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0, 0, 0},
@@ -947,6 +952,18 @@ int main(int argc, char **argv) {
        128, 128, BR, -1, -1, 0, 0, 0, 1, 0},
       {"sm90 d64 varlen nan in unused slots", FA_F16, 3, 260, 390, 48, 48, 64,
        64, 0, -1, -1, 0, 0, 0, 1, 0},
+      // Chunked prefill over a paged cache (sm90: one TMA box per page of a
+      // key block, or a block-sized slice of a longer page), GQA 8:1.
+      {"sm90 paged prefill d128 page 16", FA_BF16, 1, 600, 2500, 32, 4, 128,
+       128, BR, -1, -1, 0, 0, 0, 2, 16},
+      {"sm90 paged prefill d64 page 64", FA_F16, 2, 500, 2000, 48, 6, 64, 64,
+       BR, -1, -1, 0, 0, 0, 2, 64},
+      {"sm90 paged prefill d256 page 128", FA_BF16, 2, 300, 1500, 64, 8, 256,
+       256, BR, -1, -1, 0, 0, 0, 2, 128},
+      {"sm90 paged d128 page 256 softcap alibi sinks", FA_F16, 1, 520, 2500, 64,
+       8, 128, 128, BR, -1, -1, 30.0f, 1, 1, 2, 256},
+      {"sm90 paged d128 page 8 full", FA_BF16, 1, 700, 1200, 32, 4, 128, 128, 0,
+       -1, -1, 0, 0, 0, 2, 8},
   };
   int nq = (int)(sizeof quick_cases / sizeof quick_cases[0]);
   for (int i = 0; i < nq; i++) run_case(&quick_cases[i], 1);

@@ -105,7 +105,7 @@ void xv_case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
     snprintf(lay, sizeof lay, "%s", ts_layout_name(c->layout));
   snprintf(buf, n,
            "%s %s %s b%d sq%d sk%d hq%d hkv%d d%d dv%d%s causal=%s win=%d,%d "
-           "cap=%g alibi=%d sink=%d scale=%g varlen=%s seqused=%d paged=%d "
+           "cap=%g alibi=%d sink=%d scale=%g varlen=%s seqused=%d paged=%d%s "
            "layout=%s pad=%d lse=%d%s",
            r->backend, c->bwd ? "bwd" : "fwd", ts_dtype_name(c->dt), c->b,
            c->sq, c->sk, c->hq, c->hkv, c->d, c->dv, c->hdv0 ? "(0)" : "",
@@ -114,7 +114,8 @@ void xv_case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
            c->varlen == 2 ? "q"
            : c->varlen    ? "1"
                           : "0",
-           c->seqused, c->page, lay, c->pad, !c->no_lse, thr);
+           c->seqused, c->page, c->bad_tail ? "(bad tail)" : "", lay, c->pad,
+           !c->no_lse, thr);
 }
 
 void xv_print_structure(const xs *s) {

@@ -59,6 +59,9 @@ typedef struct xcase {
   int varlen;       /* 0 dense; 1 cu_seqlens q and k; 2 cu_seqlens q only */
   int seqused;      /* 1: seqused_k set (lengths <= storage, some 0) */
   int page;         /* page size of a paged KV cache; 0 = not paged */
+  int bad_tail;     /* paged: block-table entries past each sequence's keys
+                       lie outside [0, num_pages) (legal: nothing may follow
+                       them), instead of naming decoy pages of NaN */
   int layout;       /* ts_layout, or XV_LAYOUT_PACKED */
   int mixed;        /* k/v (dk/dv) in the next layout from q's, o/do/dq in
                        the one after */

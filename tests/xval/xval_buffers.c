@@ -160,7 +160,9 @@ int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed,
   }
   if (c->page) {
     // Pages for each sequence's real keys in shuffled order, plus two decoy
-    // pages (all NaN) that the block table names past the real length.
+    // pages (all NaN) that the block table names past the real length
+    // (bad_tail: entries there outside the pool instead, of every kind).
+    static const int32_t bad[] = {-1, INT32_MAX, INT32_MIN, -(1 << 20)};
     int ps = c->page, needed = 0;
     s->mbps = (c->sk + ps - 1) / ps + (int)(struct_seed & 1);
     for (int b = 0; b < B; b++) needed += (s->lk[b] + ps - 1) / ps;
@@ -178,7 +180,10 @@ int xv_xs_setup(xs *s, fa_context *ctx, const xcase *c, uint64_t struct_seed,
       int nb = (s->lk[b] + ps - 1) / ps;
       for (int blk = 0; blk < s->mbps; blk++)
         s->table[b * s->mbps + blk] =
-            blk < nb ? perm[next++] : perm[needed + (b + blk) % 2];
+            blk < nb        ? perm[next++]
+            : !c->bad_tail  ? perm[needed + (b + blk) % 2]
+            : (b + blk) % 5 ? bad[(b + blk) % 4]
+                            : s->num_pages; // the first page past the pool
     }
     free(perm);
     a->block_table = s->table;

@@ -242,6 +242,32 @@ void xv_fwd_paged(xv_list *l) {
   P(c.page = 7; c.varlen = 2; c.sinks = 1; c.dt = FA_F16);
   P(c.page = 3; c.slack = 10; c.causal = BR);
   P(c.page = 16; c.varlen = 2; c.slack = 4; c.mixed = 1);
+  // Chunked prefill: a few hundred new queries against a cache of 1000s
+  // of keys (bottom-right causal), GQA 8:1, the page sizes of serving
+  // engines, block-table entries past each sequence outside the pool. The
+  // sm90 forward copies a key block as one TMA box per page (a slice of a
+  // page longer than its block; sm90_paged.h); page 24 is one it declines.
+  P(c.b = 2; c.sq = 300; c.sk = 1500; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 16; c.causal = BR; c.dt = FA_BF16; c.bad_tail = 1);
+  P(c.b = 2; c.sq = 200; c.sk = 1800; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 64; c.causal = BR; c.dt = FA_F16; c.bad_tail = 1);
+  P(c.b = 2; c.sq = 257; c.sk = 1100; c.hq = 8; c.hkv = 1; c.d = c.dv = 64;
+    c.page = 64; c.causal = BR; c.dt = FA_BF16);
+  P(c.b = 1; c.sq = 150; c.sk = 1200; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 8; c.dt = FA_BF16; c.bad_tail = 1);
+  P(c.b = 2; c.sq = 200; c.sk = 1300; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 256; c.causal = BR; c.dt = FA_F16);
+  P(c.b = 2; c.sq = 130; c.sk = 1000; c.hq = 4; c.hkv = 1; c.d = c.dv = 256;
+    c.page = 128; c.causal = BR; c.dt = FA_F16; c.bad_tail = 1);
+  P(c.b = 1; c.sq = 160; c.sk = 1000; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 16; c.causal = BR; c.wl = 300; c.sinks = 1; c.dt = FA_BF16);
+  P(c.b = 1; c.sq = 100; c.sk = 900; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 16; c.causal = BR; c.cap = 20.0f; c.alibi = 1; c.dt = FA_F16;
+    c.bad_tail = 1);
+  P(c.b = 2; c.sq = 120; c.sk = 1000; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 24; c.causal = BR; c.dt = FA_BF16);
+  P(c.b = 3; c.sq = 100; c.sk = 700; c.hq = 8; c.hkv = 1; c.d = c.dv = 128;
+    c.page = 16; c.varlen = 2; c.causal = BR; c.dt = FA_BF16; c.bad_tail = 1);
 #undef P
 }
 

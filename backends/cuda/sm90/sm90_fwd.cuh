@@ -44,8 +44,19 @@
 // shared memory before P V (in varlen or seqused_k they are another
 // sequence's rows or unused cache slots, and 0 x NaN would leak).
 //
-// Not here (the dispatcher sends these to the sm80 kernel): paged KV,
-// split-KV partials, head_dim != head_dim_v, dims other than 64/128/256.
+// Paged K/V (PAGED): the producer is one warp; lane i copies box i of each
+// K/V block (a page, or a block-sized slice of a longer page: sm90_paged.h)
+// from a tensor map over the page pool, its block-table entry read by that
+// lane, so the entries of a block are read in parallel. Lane 0 alone loads
+// Q and arms each stage's barrier (expect_tx of the whole block, as dense).
+// A box past the sequence or with an entry outside the pool is a
+// coordinate outside the map: the copy engine writes zeros and reads
+// nothing. The consumers are the same code (masks and the V tail as
+// above).
+//
+// Not here (the dispatcher sends these to the sm80 kernel): page sizes
+// sm90_paged.h cannot cut into boxes, split-KV partials, head_dim !=
+// head_dim_v, dims other than 64/128/256.
 #ifndef FA_CUDA_SM90_FWD_CUH
 #define FA_CUDA_SM90_FWD_CUH
 
@@ -64,6 +75,7 @@
 #include "flashattn.h"
 #include "gpu_semantics.h"
 #include "sm90_items.cuh"
+#include "sm90_paged.h"
 #include "sm90_wgmma.h"
 #include "softmax.h"
 
@@ -79,10 +91,20 @@ template <int D> struct tile;
 #include "sm90_tiles.def"
 #undef FA_SM90_TILE
 
+/* The paged producer keeps a page and a slot per lane across its waits: at
+   24 registers ptxas spills 8-16 bytes of it (to L1, a few accesses per
+   block). With three consumers (512 threads entering at 128 registers) 32
+   leaves them their 160 (128 x 32 + 384 x 160 = 65,536) and nothing
+   spills; with two (entering at 168) 24 is all that 240 each leaves. */
+template <int NC, bool PAGED>
+__host__ __device__ constexpr int producer_regs() {
+  return PAGED && NC == 3 ? 32 : kProducerRegs;
+}
+
 /* ---- the kernel
  * --------------------------------------------------------------- */
 
-template <typename T, int D, bool SPECIAL, bool PINGPONG>
+template <typename T, int D, bool SPECIAL, bool PINGPONG, bool PAGED>
 __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
     fwd_kernel(const __grid_constant__ fa_gpu_params p,
                const __grid_constant__ CUtensorMap tq,
@@ -110,26 +132,58 @@ __global__ void __launch_bounds__(128 * (tile<D>::BM / 64 + 1), 1)
   // (each + 8 * stage)
 
   if (threadIdx.x < 128) {
-    // ---- producer warpgroup: one thread issues every copy ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (threadIdx.x != 0) return;
+    // ---- producer warpgroup: one thread issues every copy (paged: one
+    // warp, see the header) ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
+        producer_regs<NC, PAGED>()));
+    // Paged: lane i copies box i of a block; lanes past the boxes leave.
+    if (threadIdx.x >=
+        (PAGED ? BN / fa_sm90_paged_box_rows(p.page_size, BN) : 1))
+      return;
+    const bool leader = !PAGED || threadIdx.x == 0;
     uint32_t it = 0, nq = 0;
     for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
       const item t = item_of<BM, BN>(p, w);
       if (!t.valid || t.kb0 >= t.kb1) continue;
       const int hk = t.h / p.group;
-      bar_wait(q_empty, (nq & 1) ^ 1);
-      bar_expect_tx(q_full, QB);
-      const int qrow = (int)fa_gpu_start_q(&p, t.b) + t.row0;
-      const int qbat = p.varlen_q ? 0 : t.b;
+      if (leader) {
+        bar_wait(q_empty, (nq & 1) ^ 1);
+        bar_expect_tx(q_full, QB);
+        const int qrow = (int)fa_gpu_start_q(&p, t.b) + t.row0;
+        const int qbat = p.varlen_q ? 0 : t.b;
 #pragma unroll
-      for (int cb = 0; cb < NCB; cb++)
-        tma_load(sQ + cb * BM * 128, &tq, q_full, cb * 64, qrow, t.h, qbat);
+        for (int cb = 0; cb < NCB; cb++)
+          tma_load(sQ + cb * BM * 128, &tq, q_full, cb * 64, qrow, t.h, qbat);
+      }
       nq++;
       const int krow = (int)fa_gpu_start_k(&p, t.b);
       const int kbat = p.varlen_k ? 0 : t.b;
       for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
         const uint32_t s = it % ST, ph = (it / ST) & 1;
+        if constexpr (PAGED) {
+          // K and V of a key share their page and slot. The entry is read
+          // before the wait, so its latency hides under it.
+          const int lane = threadIdx.x;
+          const int rows = fa_sm90_paged_box_rows(p.page_size, BN);
+          const fa_sm90_paged_box bx =
+              fa_sm90_paged_box_of(&p, t.b, t.sk, kb * BN + lane * rows);
+          const unsigned lanes = rows == BN ? 1u : (1u << (BN / rows)) - 1;
+          // Stage s of ring `buf` (K or V) once free: armed by lane 0, then
+          // each lane's box.
+          auto copy = [&](uint32_t buf, const CUtensorMap *map, uint32_t full,
+                          uint32_t empty) {
+            bar_wait(empty + 8 * s, ph ^ 1);
+            if (leader) bar_expect_tx(full + 8 * s, KVB);
+            __syncwarp(lanes);
+#pragma unroll
+            for (int cb = 0; cb < NCB; cb++)
+              tma_load(buf + s * KVB + lane * rows * 128 + cb * BN * 128, map,
+                       full + 8 * s, cb * 64, bx.slot, hk, bx.page);
+          };
+          copy(sK, &tk, k_full, k_empty);
+          copy(sV, &tv, v_full, v_empty);
+          continue;
+        }
         bar_wait(k_empty + 8 * s, ph ^ 1);
         bar_expect_tx(k_full + 8 * s, KVB);
 #pragma unroll
@@ -421,8 +475,10 @@ template <int D> constexpr int smem_bytes() {
    geometry: q blocks of the tile's BM rows, one head per item, no split);
    rows_q / rows_k: storage rows of varlen Q / K (0 when dense); serial: 1
    for the serial schedule (no ping-pong, no overlap of softmax and P V),
-   kept to measure what the overlap buys (FA_SM90_SERIAL). */
-template <typename T, int D>
+   kept to measure what the overlap buys (FA_SM90_SERIAL; dense only).
+   PAGED: K/V are the page pool (sm90_paged.h), in the kernels of that
+   instantiation (its own translation unit, fa_sm90_fwd_paged_*). */
+template <typename T, int D, bool PAGED = false>
 int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
            int serial, void *stream) {
   typedef tile<D> TL;
@@ -439,10 +495,19 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
   const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
   const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
-  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, TL::BM) ||
-      !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, TL::BN) ||
-      !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, TL::BN))
+  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, TL::BM)) return -1;
+  if (PAGED) {
+    // The pool as [num_pages][page_size][heads_kv][D]: one box a page.
+    const int rows = fa_sm90_paged_box_rows(p->page_size, TL::BN);
+    if (!make_map(&tk, p->k, p->dtype, D, p->page_size, p->heads_kv,
+                  p->num_pages, rows) ||
+        !make_map(&tv, p->v, p->dtype, D, p->page_size, p->heads_kv,
+                  p->num_pages, rows))
+      return -1;
+  } else if (!make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, TL::BN) ||
+             !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, TL::BN)) {
     return -1;
+  }
   const bool special =
       p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
   // With softcap/ALiBi only d128 overlaps: the transform code spilled in
@@ -450,10 +515,16 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   // registers for three consumers); their serial schedule spills nothing.
   const bool pp = !serial;
   constexpr bool kSpecialPP = D == 128;
-  auto kernel = special ? (pp ? fwd_kernel<T, D, true, kSpecialPP>
-                              : fwd_kernel<T, D, true, false>)
-                        : (pp ? fwd_kernel<T, D, false, true>
-                              : fwd_kernel<T, D, false, false>);
+  auto kernel = fwd_kernel<T, D, false, true, PAGED>;
+  if constexpr (PAGED) {
+    // Each transform's default schedule only (half the kernels to build).
+    if (special) kernel = fwd_kernel<T, D, true, kSpecialPP, true>;
+  } else {
+    kernel = special ? (pp ? fwd_kernel<T, D, true, kSpecialPP, false>
+                           : fwd_kernel<T, D, true, false, false>)
+                     : (pp ? fwd_kernel<T, D, false, true, false>
+                           : fwd_kernel<T, D, false, false, false>);
+  }
   constexpr int smem = smem_bytes<D>();
   static_assert(smem <= 232448, "sm90 tile over the 227 KB opt-in limit");
   cudaError_t e = cudaFuncSetAttribute(
@@ -473,6 +544,15 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
       const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,         \
       int serial, void *stream) {                                              \
     return fa_sm90::launch<T, D>(p, rows_q, rows_k, sms, serial, stream);      \
+  }
+
+/* Its paged K/V counterpart: fa_sm90_fwd_paged_<dtype>_d<dim>. */
+#define FA_SM90_FWD_PAGED_INSTANCE(T, tname, D)                                \
+  extern "C" int fa_sm90_fwd_paged_##tname##_d##D(                             \
+      const fa_gpu_params *p, int64_t rows_q, int64_t rows_k, int sms,         \
+      int serial, void *stream) {                                              \
+    return fa_sm90::launch<T, D, true>(p, rows_q, rows_k, sms, serial,         \
+                                       stream);                                \
   }
 
 #endif

@@ -5,8 +5,10 @@
 // capability 9.0, what the copy engine can address), score, plan, the
 // launches and the kernel rows.
 //   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
-//       TMA, warp specialisation), head_dim == head_dim_v, not paged,
-//       tensors the copy engine can address; d64/d128 also the backward
+//       TMA, warp specialisation), head_dim == head_dim_v, tensors the copy
+//       engine can address; paged K/V with page sizes that sm90_paged.h
+//       cuts into TMA boxes (multiples of 8 that divide the key block or
+//       that it divides; others go to sm80); d64/d128 also the backward
 //       (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score 30;
 //       10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
 //       blocks than SMs): the sm80 tiles pack GQA heads and split the keys.
@@ -14,6 +16,7 @@
 #define FA_CUDA_SM90_HOST_H
 
 #include "sm80/sm80_tiles.h" // the score compares with the sm80 plan
+#include "sm90_paged.h"
 #include "sm90_tiles.h"
 
 /* The sm90 forward (90a built, head dims 64/128/256 of FA_CUDA_HEAD_DIMS).
@@ -41,8 +44,25 @@ static const sm90_instance sm90_instances[] = {
 #undef FA_SM90_INST
     {FA_F32, 0, NULL}};
 
-static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim) {
-  for (const sm90_instance *i = sm90_instances; i->launch; i++)
+/* Their paged-K/V instantiations (FA_CUDA_SM90_PAGED_DIMS), the same
+   launcher signature. */
+#define FA_SM90_PAGED_INST(t, d)                                               \
+  int fa_sm90_fwd_paged_##t##_d##d(const fa_gpu_params *p, int64_t rows_q,     \
+                                   int64_t rows_k, int sms, int serial,        \
+                                   void *stream);
+#include "sm90_paged_instances.h"
+#undef FA_SM90_PAGED_INST
+
+static const sm90_instance sm90_paged_instances[] = {
+#define FA_SM90_PAGED_INST(t, d)                                               \
+  {FA_DTYPE_##t, d, fa_sm90_fwd_paged_##t##_d##d},
+#include "sm90_paged_instances.h"
+#undef FA_SM90_PAGED_INST
+    {FA_F32, 0, NULL}};
+
+static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim, int paged) {
+  for (const sm90_instance *i = paged ? sm90_paged_instances : sm90_instances;
+       i->launch; i++)
     if (i->dtype == dtype && i->dim == dim) return i->launch;
   return NULL;
 }
@@ -106,9 +126,13 @@ static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
   if (!l) return 1; // contiguous BSHD (fa_explain)
   const fa_problem *p = q->problem;
   const fa_attention *a = &p->a;
-  const int bq = p->varlen_q ? 1 : a->batch, bk = p->varlen_k ? 1 : a->batch;
+  const int bq = p->varlen_q ? 1 : a->batch;
   const int64_t rq = p->varlen_q ? p->rows_q : a->seqlen_q;
-  const int64_t rk = p->varlen_k ? p->rows_k : a->seqlen_k;
+  // Paged K/V: the pool, num_pages "batches" of page_size rows.
+  const int bk = p->paged ? a->num_pages : p->varlen_k ? 1 : a->batch;
+  const int64_t rk = p->paged      ? a->page_size
+                     : p->varlen_k ? p->rows_k
+                                   : a->seqlen_k;
   if (!tma_ok("q", &l->q, rq, a->heads_q, bq, why, len) ||
       !tma_ok("k", &l->k, rk, a->heads_kv, bk, why, len) ||
       !tma_ok("v", &l->v, rk, a->heads_kv, bk, why, len))
@@ -119,8 +143,27 @@ static int sm90_layout_ok(const fa_kernel_query *q, char *why, size_t len) {
   return 1;
 }
 
+/* Paged K/V in the sm90 forward: an instantiation, and pages the producer
+   copies as whole TMA boxes (sm90_paged.h). */
+static int sm90_paged_ok(const kdesc *k, const fa_problem *p, char *why,
+                         size_t len) {
+  const fa_cuda_sm90_tile *t = fa_cuda_sm90_tile_of(k->dim);
+  const char *bad = NULL;
+  if (!sm90_find(k->dtype, k->dim, 1))
+    bad = "no paged instantiation in this build (FA_CUDA_SM90_PAGED_DIMS)";
+  else if (!t)
+    bad = "no sm90_tiles.def row";
+  else
+    (void)fa_sm90_paged_geometry_ok(p->a.page_size, t->block_n, &bad);
+  if (!bad) return 1;
+  (void)snprintf(why, len, "paged KV, page_size %d, key block %d: %s",
+                 p->a.page_size, t ? t->block_n : 0, bad);
+  return 0;
+}
+
 /* The sm90 kernels' device, build, TMA and key-range conditions (`paged`:
-   why this kernel declines paged KV, and who takes it). */
+   why this kernel declines paged KV, and who takes it; NULL when the
+   caller admits paged KV itself, sm90_paged_ok). */
 static int sm90_device_ok(const fa_kernel_query *q, int built,
                           const char *paged, char *why, size_t len) {
   const fa_problem *p = q->problem;
@@ -138,7 +181,7 @@ static int sm90_device_ok(const fa_kernel_query *q, int built,
                    "FA_CUDA_HEAD_DIMS)");
     return 0;
   }
-  if (p->paged) {
+  if (p->paged && paged) {
     (void)snprintf(why, len, "paged KV (%s)", paged);
     return 0;
   }
@@ -161,10 +204,12 @@ static int sm90_supports(const kdesc *k, const fa_kernel_query *q, char *why,
   const int bwd = is_backward(q);
   if (!tc_shape_ok(k, q, why, len)) return 0;
   int built = bwd ? sm90_bwd_find(k->dtype, k->dim) != NULL
-                  : sm90_find(k->dtype, k->dim) != NULL;
-  if (!sm90_device_ok(q, built, "the sm80 kernels read the block table", why,
-                      len))
+                  : sm90_find(k->dtype, k->dim, 0) != NULL;
+  if (!sm90_device_ok(q, built,
+                      bwd ? "the sm80 backward reads the block table" : NULL,
+                      why, len))
     return 0;
+  if (p->paged && !bwd && !sm90_paged_ok(k, p, why, len)) return 0;
   if (bwd && !tc_backward_ok(p, why, len)) return 0;
   return sm90_layout_ok(q, why, len);
 }
@@ -224,7 +269,7 @@ static fa_status fwd_sm90(void *state, const fa_problem *p,
   gpu_state *st = state;
   char name[48];
   kernel_name("sm90", p, name, sizeof name);
-  fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim);
+  fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim, p->paged);
   if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
   fa_status s = use_device(st);
   if (s) return s;
