@@ -136,6 +136,63 @@ static void zero_hidden(float *x, int64_t cs, int64_t rs, int nr, int nc,
   }
 }
 
+/* x[at + i] = v for i in [0, n): a run the compiler turns into vector
+   stores. */
+static void fill_run(float *x, int64_t at, int n, float v) {
+  for (int i = 0; i < n; i++) x[at + i] = v;
+}
+
+/* Masked scores of a cut tile set to -inf (grad, when given, to 0), as
+   contiguous runs instead of element by element. Both window edges are
+   non-decreasing in the row (fa_visible_keys), so key j is hidden from the
+   rows [0, a) whose window ends at or before j and from the rows [z, npos)
+   whose window starts after it: in S^T (lanes contiguous) two runs of
+   lanes per key; in S (keys contiguous) two runs of keys per lane. */
+static void mask_hidden(const fa_problem *p, float *s, const cpu_slayout *sl,
+                        const cpu_lanes *ln, int sk, int col0, int nc,
+                        float *grad) {
+  const int pk = ln->pk, npos = ln->npos, nr = npos * pk;
+  const int64_t cs = sl->cs, rs = sl->rs;
+  if (rs == 1) {
+    int a = 0,
+        z = 0; // rows [0, a) end at or before key j; [z, npos) start after it
+    for (int c = 0; c < nc; c++) {
+      const int j = col0 + c;
+      int lo, hi;
+      for (; a < npos; a++) {
+        fa_visible_keys(p, ln->shift, ln->row0 + a, sk, &lo, &hi);
+        if (hi > j) break;
+      }
+      if (z < a) z = a;
+      for (; z < npos; z++) {
+        fa_visible_keys(p, ln->shift, ln->row0 + z, sk, &lo, &hi);
+        if (lo > j) break;
+      }
+      fill_run(s, c * cs, a * pk, -INFINITY);
+      fill_run(s, c * cs + (int64_t)z * pk, nr - z * pk, -INFINITY);
+      if (grad) {
+        fill_run(grad, c * cs, a * pk, 0.0f);
+        fill_run(grad, c * cs + (int64_t)z * pk, nr - z * pk, 0.0f);
+      }
+    }
+    return;
+  }
+  for (int i = 0; i < npos; i++) {
+    int lo, hi;
+    fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &lo, &hi);
+    lo = lo - col0 < 0 ? 0 : lo - col0 > nc ? nc : lo - col0;
+    hi = hi - col0 < lo ? lo : hi - col0 > nc ? nc : hi - col0;
+    for (int r = i * pk; r < (i + 1) * pk; r++) {
+      for (int c = 0; c < lo; c++) s[c * cs + r * rs] = -INFINITY;
+      for (int c = hi; c < nc; c++) s[c * cs + r * rs] = -INFINITY;
+      if (grad) {
+        for (int c = 0; c < lo; c++) grad[c * cs + r * rs] = 0.0f;
+        for (int c = hi; c < nc; c++) grad[c * cs + r * rs] = 0.0f;
+      }
+    }
+  }
+}
+
 /* The score pipeline after the dot products: softcap, ALiBi, mask (and
    with grad, d(score)/d(q.k): the scale, times 1 - tanh^2 under softcap). */
 static void scores_post(const fa_problem *p, float *s, const cpu_slayout *sl,
@@ -164,19 +221,8 @@ static void scores_post(const fa_problem *p, float *s, const cpu_slayout *sl,
                                         ln->row0 + r / pk, col0 + c, shift);
   }
   // Mask only blocks that cut through some row's window.
-  if (!tile_cut(p, ln, sq, sk, col0, nc)) return;
-  for (int i = 0; i < ln->npos; i++) {
-    int lo, hi;
-    fa_visible_keys(p, ln->shift, ln->row0 + i, sk, &lo, &hi);
-    for (int c = 0; c < nc; c++) {
-      int j = col0 + c;
-      if (j >= lo && j < hi) continue;
-      for (int r = i * pk; r < (i + 1) * pk; r++) {
-        s[c * cs + r * rs] = -INFINITY;
-        if (grad) grad[c * cs + r * rs] = 0.0f;
-      }
-    }
-  }
+  if (tile_cut(p, ln, sq, sk, col0, nc))
+    mask_hidden(p, s, sl, ln, sk, col0, nc, grad);
 }
 
 /* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then the
