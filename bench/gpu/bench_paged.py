@@ -34,7 +34,7 @@ PUBLISHED_CUDNN = {8192: 680.0}  # kv length -> TFLOPS, cuDNN 9.27 H200
 
 
 def paged_suite(fa, args, tdtype, fdtype, helpers):
-    FaAttention, bshd, time_calls, rel_err, causal_br = helpers
+    FaAttention, bshd, time_calls, time_or_nan, rel_err, causal_br = helpers
     rows = []
     b, sq, hq, hkv, d = args.paged_batch, 2048, 32, 4, 128
     lens = [8192, 16384, 32768, 65536]
@@ -128,11 +128,7 @@ def paged_suite(fa, args, tdtype, fdtype, helpers):
                      dense=time_calls(oursd, iters))
             for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION),
                                   ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                try:
-                    t[name] = time_calls(sdpa(backend), iters)
-                except Exception as e:  # a backend may refuse the shape
-                    print("  %s: %s" % (name, str(e).splitlines()[0]))
-                    t[name] = float("nan")
+                t[name] = time_or_nan(name, lambda: sdpa(backend), iters)
             tf = {k: flops / v / 1e9 for k, v in t.items()}
             row = dict(b=b, sq=sq, sk=sk, page=page, hq=hq, hkv=hkv, d=d,
                        kernel=kernel, kernel_dense=kernel_d,

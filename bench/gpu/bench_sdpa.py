@@ -206,6 +206,16 @@ def time_calls(fn, iters, reps=5, warmup=3):
     return times[len(times) // 2]
 
 
+def time_or_nan(what, make, iters, **kw):
+    """time_calls(make(), iters, **kw), or NaN (saying why) where the peer
+    refuses the shape (cuDNN does for some); make() may raise too."""
+    try:
+        return time_calls(make(), iters, **kw)
+    except Exception as e:
+        print("  %s: %s" % (what, str(e).splitlines()[0]))
+        return float("nan")
+
+
 def rel_err(a, b):
     a = a.float()
     b = b.float()
@@ -284,12 +294,8 @@ def forward_suite(fa, args, tdtype, fdtype):
                 if plan80:
                     err = max(err, rel_err(o80, ref.transpose(1, 2)))
                 t_fa2 = time_calls(sdpa(SDPBackend.FLASH_ATTENTION), iters)
-                try:
-                    t_cudnn = time_calls(sdpa(SDPBackend.CUDNN_ATTENTION),
-                                         iters)
-                except Exception as e:  # cuDNN may refuse a shape
-                    print("  cuDNN: %s" % str(e).splitlines()[0])
-                    t_cudnn = float("nan")
+                t_cudnn = time_or_nan(
+                    "cuDNN", lambda: sdpa(SDPBackend.CUDNN_ATTENTION), iters)
                 kernel = desc.split("kernel=")[1].split()[0]
                 row = dict(d=d, causal=causal, s=s, b=b, h=h, kernel=kernel,
                            ours_ms=t_ours, fa2_ms=t_fa2, cudnn_ms=t_cudnn,
@@ -368,11 +374,8 @@ def fp8_suite(fa, args):
             err = rel_err(o, ref.transpose(1, 2))
             t_ours = time_calls(ours, iters)
             t_fa2 = time_calls(sdpa(SDPBackend.FLASH_ATTENTION), iters)
-            try:
-                t_cudnn = time_calls(sdpa(SDPBackend.CUDNN_ATTENTION), iters)
-            except Exception as e:  # cuDNN may refuse a shape
-                print("  cuDNN: %s" % str(e).splitlines()[0])
-                t_cudnn = float("nan")
+            t_cudnn = time_or_nan(
+                "cuDNN", lambda: sdpa(SDPBackend.CUDNN_ATTENTION), iters)
             kernel = desc.split("kernel=")[1].split()[0]
             row = dict(d=d, causal=causal, s=s, b=b, h=h, kernel=kernel,
                        ours_ms=t_ours, ours_tflops=flops / t_ours / 1e9,
@@ -465,22 +468,17 @@ def backward_suite(fa, args, tdtype, fdtype):
                 t_fa2 = time_calls(fa2, iters, reps=3, warmup=1)
                 # cuDNN's backward: autograd through SDPA's cuDNN backend,
                 # timed the same way (its own forward graph, kept).
-                t_cudnn = float("nan")
-                try:
+                def cudnn_backward():
                     qc, kc, vc = (x.detach().transpose(1, 2).requires_grad_()
                                   for x in (q, k, v))
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                         outc = torch.nn.functional.scaled_dot_product_attention(
                             qc, kc, vc, is_causal=causal)
+                    return lambda: torch.autograd.grad(
+                        outc, (qc, kc, vc), gout, retain_graph=True)
 
-                    def cudnn():
-                        return torch.autograd.grad(outc, (qc, kc, vc), gout,
-                                                   retain_graph=True)
-
-                    t_cudnn = time_calls(cudnn, iters, reps=3, warmup=1)
-                    del qc, kc, vc, outc
-                except Exception as e:  # cuDNN may refuse a shape
-                    print("  cuDNN backward: %s" % str(e).splitlines()[0])
+                t_cudnn = time_or_nan("cuDNN backward", cudnn_backward, iters,
+                                      reps=3, warmup=1)
                 # The sm80 backward (a context bound to it by name), and
                 # its error against FA2.
                 ctx80 = fa.bound("cuda.sm80.%s.d%d" % (args.dtype, d))
@@ -659,7 +657,8 @@ def main():
     if args.paged:
         from torch.nn.attention.bias import causal_lower_right
         out["paged"] = paged_suite(fa, args, tdtype, fdtype,
-                                   (FaAttention, bshd, time_calls, rel_err,
+                                   (FaAttention, bshd, time_calls,
+                                    time_or_nan, rel_err,
                                     causal_lower_right))
     if args.json:
         with open(args.json, "w") as f:
