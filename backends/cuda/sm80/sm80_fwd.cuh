@@ -164,6 +164,25 @@ __device__ __forceinline__ float row_max(const float (&s)[NT8][4], int hr,
   return fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
 }
 
+/* P = exp2 of each of row hr's exponents (units of mul) against its
+   reference, in place; returns this thread's part of the row sum. FUSED:
+   fa_softmax_exponent_fused (one FMA), else fa_softmax_exponent. */
+template <bool FUSED, int NT8>
+__device__ __forceinline__ float exp_row(float (&s)[NT8][4], int hr, float mul,
+                                         float ref) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < NT8; n++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      float &v = s[n][2 * hr + e];
+      v = ex2(FUSED ? fa_softmax_exponent_fused(v, mul, ref)
+                    : fa_softmax_exponent(v, mul, ref));
+      sum += v;
+    }
+  return sum;
+}
+
 /* 2^e for the rescale exponent of fa_softmax_step: exactly 1 when it is 0
    (the maximum stands), whatever the approximation of ex2 gives there. */
 __device__ __forceinline__ float rescale_factor(float e) {
@@ -450,30 +469,11 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         float ref;
         const float alpha = rescale_factor(fa_softmax_step(
             &mrow[mi][hr], row_max(s[mi], hr, mrow[mi][hr]), mul, &ref));
-        float sum = 0.0f;
         // One FMA per score unless a row of this warp has a huge reference
         // (warp-uniform, so the fast loop never diverges).
-        if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
-#pragma unroll
-          for (int n = 0; n < NS; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float pe = ex2(
-                  fa_softmax_exponent_fused(s[mi][n][2 * hr + e], mul, ref));
-              s[mi][n][2 * hr + e] = pe;
-              sum += pe;
-            }
-        } else {
-#pragma unroll
-          for (int n = 0; n < NS; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float pe =
-                  ex2(fa_softmax_exponent(s[mi][n][2 * hr + e], mul, ref));
-              s[mi][n][2 * hr + e] = pe;
-              sum += pe;
-            }
-        }
+        const float sum = __all_sync(~0u, fa_softmax_fused_ok(ref))
+                              ? exp_row<true>(s[mi], hr, mul, ref)
+                              : exp_row<false>(s[mi], hr, mul, ref);
         lrow[mi][hr] = lrow[mi][hr] * alpha + sum;
 #pragma unroll
         for (int n = 0; n < ND; n++) {

@@ -120,6 +120,25 @@ __device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
   }
 }
 
+/* P = exp2 of each of row hr's exponents against its reference, in place;
+   returns the row's sum. FUSED: fa_softmax_exponent_fused (one FMA), else
+   fa_softmax_exponent. */
+template <int BN, bool FUSED>
+__device__ __forceinline__ float exp_row(float (&sc)[BN / 2], int hr, float mul,
+                                         float ref) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      float &v = sc[4 * j + 2 * hr + e];
+      v = fa_cuda::ex2(FUSED ? fa_softmax_exponent_fused(v, mul, ref)
+                             : fa_softmax_exponent(v, mul, ref));
+      sum += v;
+    }
+  return sum;
+}
+
 /* Online softmax over sc (in place: sc becomes P), m and l updated;
    alpha[hr] = the factor O must be rescaled by. The core's step
    (fa_softmax_step) in the exp2 domain, on this thread's fragment of the
@@ -142,28 +161,11 @@ __device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
     // Exactly 1 while the maximum stands (ex2.approx need not give 1 at 0):
     // no drift of l and O block after block.
     alpha[hr] = ae == 0.0f ? 1.0f : fa_cuda::ex2(ae);
-    float sum = 0.0f;
     // One FMA per score unless a row of this warp has a huge reference
     // (warp-uniform, so the fast loop never diverges).
-    if (__all_sync(~0u, fa_softmax_fused_ok(ref))) {
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float &v = sc[4 * j + 2 * hr + e];
-          v = fa_cuda::ex2(fa_softmax_exponent_fused(v, mul, ref));
-          sum += v;
-        }
-    } else {
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          float &v = sc[4 * j + 2 * hr + e];
-          v = fa_cuda::ex2(fa_softmax_exponent(v, mul, ref));
-          sum += v;
-        }
-    }
+    const float sum = __all_sync(~0u, fa_softmax_fused_ok(ref))
+                          ? exp_row<BN, true>(sc, hr, mul, ref)
+                          : exp_row<BN, false>(sc, hr, mul, ref);
     lrow[hr] = lrow[hr] * alpha[hr] + sum;
   }
 }
