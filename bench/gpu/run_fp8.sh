@@ -41,16 +41,18 @@ if has build; then
 fi
 
 if has sass; then
-  # ptxas -v of the FP8 kernels (registers, spills), then the SASS: HGMMA
-  # with E4M3 operands, and no local memory (LDL/STL) anywhere in them.
+  # ptxas -v of the FP8 kernels (registers, spills), then the SASS: the
+  # FP8 warpgroup MMAs (QGMMA in SASS; HGMMA is the 16-bit form, IGMMA the
+  # integer one) with E4M3/E5M2 operands, and no local memory (LDL/STL)
+  # anywhere in them.
   grep -A3 "fa_sm90_fp8" "$out/build.log" | grep -E "Compiling|registers|spill" |
     sed 's/ptxas info *: //' | tee "$out/ptxas-fp8.txt"
   for t in e4m3 e5m2; do
     obj=$(find "$build" -name "sm90_fp8_fwd_${t}_d128.cu.o" | head -1)
     if command -v cuobjdump >/dev/null && [ -n "$obj" ]; then
       cuobjdump --dump-sass "$obj" >"$out/sass-$t.txt" 2>&1
-      note "SASS $t: $(grep -cE 'HGMMA.*E(4M3|5M2)' "$out/sass-$t.txt") HGMMA FP8 of $(grep -c 'HGMMA' "$out/sass-$t.txt"), $(grep -cE '\b(LDL|STL)\b' "$out/sass-$t.txt") LDL/STL"
-      grep -oE 'HGMMA[.A-Z0-9]*' "$out/sass-$t.txt" | sort | uniq -c | head -4
+      note "SASS $t: $(grep -cE '[HQ]GMMA.*E(4M3|5M2)' "$out/sass-$t.txt") FP8 GMMA of $(grep -cE '[HQI]GMMA' "$out/sass-$t.txt") GMMA, $(grep -cE '\b(LDL|STL)\b' "$out/sass-$t.txt") LDL/STL"
+      grep -oE '[HQI]GMMA[.A-Z0-9]*' "$out/sass-$t.txt" | sort | uniq -c | head -4
     else
       note "SASS $t: no cuobjdump or object"
     fi
