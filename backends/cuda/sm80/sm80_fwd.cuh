@@ -183,6 +183,20 @@ __device__ __forceinline__ float exp_row(float (&s)[NT8][4], int hr, float mul,
   return sum;
 }
 
+/* exp_row over every row of the thread's m tiles, the sums into l
+   (rescaled by alpha first). */
+template <bool FUSED, int MT, int NT8>
+__device__ __forceinline__ void
+exp_rows(float (&s)[MT][NT8][4], const float (&ref)[MT][2],
+         const float (&alpha)[MT][2], float (&lrow)[MT][2], float mul) {
+#pragma unroll
+  for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+      lrow[mi][hr] = lrow[mi][hr] * alpha[mi][hr] +
+                     exp_row<FUSED>(s[mi], hr, mul, ref[mi][hr]);
+}
+
 /* 2^e for the rescale exponent of fa_softmax_step: exactly 1 when it is 0
    (the maximum stands), whatever the approximation of ex2 gives there. */
 __device__ __forceinline__ float rescale_factor(float e) {
@@ -460,29 +474,38 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     }
 
     // ---- online softmax: max, rescale, exp2, sum ----
+    // The core's step (fa_softmax_step) in the exp2 domain, with scores in
+    // units of mul, for every row of the thread first; then one warp vote
+    // picks the exponent form for the block: one FMA per score unless a
+    // row of this warp has a huge reference (warp-uniform, so neither path
+    // diverges).
+    float ref[MT][2], alpha[MT][2];
+    bool fused = true;
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
-        // The core's step (fa_softmax_step) in the exp2 domain, with
-        // scores in units of mul.
-        float ref;
-        const float alpha = rescale_factor(fa_softmax_step(
-            &mrow[mi][hr], row_max(s[mi], hr, mrow[mi][hr]), mul, &ref));
-        // One FMA per score unless a row of this warp has a huge reference
-        // (warp-uniform, so the fast loop never diverges).
-        const float sum = __all_sync(~0u, fa_softmax_fused_ok(ref))
-                              ? exp_row<true>(s[mi], hr, mul, ref)
-                              : exp_row<false>(s[mi], hr, mul, ref);
-        lrow[mi][hr] = lrow[mi][hr] * alpha + sum;
+        alpha[mi][hr] = rescale_factor(
+            fa_softmax_step(&mrow[mi][hr], row_max(s[mi], hr, mrow[mi][hr]),
+                            mul, &ref[mi][hr]));
+        fused = fused && fa_softmax_fused_ok(ref[mi][hr]);
+      }
+    fused = __all_sync(~0u, fused);
+    if (fused)
+      exp_rows<true>(s, ref, alpha, lrow, mul);
+    else
+      exp_rows<false>(s, ref, alpha, lrow, mul);
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++)
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-          o[mi][n][2 * hr] *= alpha;
-          o[mi][n][2 * hr + 1] *= alpha;
+          o[mi][n][2 * hr] *= alpha[mi][hr];
+          o[mi][n][2 * hr + 1] *= alpha[mi][hr];
         }
-      }
 
-      // ---- O += P V ----
+        // ---- O += P V ----
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++) {
       uint32_t a[MT][4];

@@ -120,34 +120,44 @@ __device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
   }
 }
 
-/* P = exp2 of each of row hr's exponents against its reference, in place;
-   returns the row's sum. FUSED: fa_softmax_exponent_fused (one FMA), else
-   fa_softmax_exponent. */
+/* P = exp2 of each score's exponent against its row's reference, in place,
+   and the row sums into l. FUSED: one FMA per exponent
+   (fa_softmax_exponent_fused), else the separately rounded product
+   (fa_softmax_exponent). */
 template <int BN, bool FUSED>
-__device__ __forceinline__ float exp_row(float (&sc)[BN / 2], int hr, float mul,
-                                         float ref) {
-  float sum = 0.0f;
+__device__ __forceinline__ void
+exp_rows(float (&sc)[BN / 2], const float (&ref)[2], float (&lrow)[2],
+         const float (&alpha)[2], float mul) {
 #pragma unroll
-  for (int j = 0; j < BN / 8; j++)
+  for (int hr = 0; hr < 2; hr++) {
+    float sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-      float &v = sc[4 * j + 2 * hr + e];
-      v = fa_cuda::ex2(FUSED ? fa_softmax_exponent_fused(v, mul, ref)
-                             : fa_softmax_exponent(v, mul, ref));
-      sum += v;
-    }
-  return sum;
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float &v = sc[4 * j + 2 * hr + e];
+        v = fa_cuda::ex2(FUSED ? fa_softmax_exponent_fused(v, mul, ref[hr])
+                               : fa_softmax_exponent(v, mul, ref[hr]));
+        sum += v;
+      }
+    lrow[hr] = lrow[hr] * alpha[hr] + sum;
+  }
 }
 
 /* Online softmax over sc (in place: sc becomes P), m and l updated;
    alpha[hr] = the factor O must be rescaled by. The core's step
    (fa_softmax_step) in the exp2 domain, on this thread's fragment of the
    row (the 4 threads of a row reduce by shuffles), with the max NaN-sticky
-   (fa_max_nan): a NaN score reaches l, O and the LSE. */
+   (fa_max_nan): a NaN score reaches l, O and the LSE. Both rows' steps
+   come first and one warp vote per block picks the exponent form: a vote
+   per row, between a row's max and its exps, keeps the compiler from
+   interleaving the two rows' softmax (the d64 forward's cost is measured
+   in bench/gpu/NOTES-cuda.md, runs 35-37). */
 template <int BN>
 __device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
                                              float (&mrow)[2], float (&lrow)[2],
                                              float (&alpha)[2], float mul) {
+  float ref[2];
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     float m = mrow[hr];
@@ -156,18 +166,18 @@ __device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
       m = fa_max_nan(m, fa_max_nan(sc[4 * j + 2 * hr], sc[4 * j + 2 * hr + 1]));
     m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 1));
     m = fa_max_nan(m, __shfl_xor_sync(~0u, m, 2));
-    float ref;
-    const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref);
+    const float ae = fa_softmax_step(&mrow[hr], m, mul, &ref[hr]);
     // Exactly 1 while the maximum stands (ex2.approx need not give 1 at 0):
     // no drift of l and O block after block.
     alpha[hr] = ae == 0.0f ? 1.0f : fa_cuda::ex2(ae);
-    // One FMA per score unless a row of this warp has a huge reference
-    // (warp-uniform, so the fast loop never diverges).
-    const float sum = __all_sync(~0u, fa_softmax_fused_ok(ref))
-                          ? exp_row<BN, true>(sc, hr, mul, ref)
-                          : exp_row<BN, false>(sc, hr, mul, ref);
-    lrow[hr] = lrow[hr] * alpha[hr] + sum;
   }
+  // The fused form unless a row of this warp has a huge reference
+  // (warp-uniform, so neither path diverges).
+  if (__all_sync(~0u,
+                 fa_softmax_fused_ok(ref[0]) && fa_softmax_fused_ok(ref[1])))
+    exp_rows<BN, true>(sc, ref, lrow, alpha, mul);
+  else
+    exp_rows<BN, false>(sc, ref, lrow, alpha, mul);
 }
 
 } // namespace fa_sm90
