@@ -13,7 +13,9 @@
 #              bad-array cases, leak, the float64-oracle grid through
 #              dispatch and through every kernel bound by name)
 #   sanitizer  compute-sanitizer memcheck and racecheck (ctest -L
-#              gpu-sanitizer: cuda.gpu --quick, xval fwd.paged)
+#              gpu-sanitizer: cuda.gpu --quick, xval fwd.paged), in
+#              parallel, each within SANITIZER_LIMIT s (default 540): run
+#              it as a call of its own
 #   large      ctest -L gpu-large (16 GiB KV cache, 64-bit offsets)
 #   bench      bench_sdpa.py: forward d64/d128 (quick), backward, decode
 #              (BENCH_ARGS: other bench_sdpa.py arguments)
@@ -66,8 +68,12 @@ for s in $steps; do
 done
 
 if has sanitizer; then
-  timeout 300 ctest --test-dir "$build" -L gpu-sanitizer --timeout 280 \
-    --output-on-failure >"$out/sanitizer.log" 2>&1
+  # The three sanitizer runs in parallel, each under its own limit: the
+  # racecheck of the sm90 cases alone takes minutes (every shared-memory
+  # access and mbarrier poll is instrumented).
+  lim=${SANITIZER_LIMIT:-540}
+  timeout $((lim + 20)) ctest --test-dir "$build" -L gpu-sanitizer -j 3 \
+    --timeout "$lim" --output-on-failure >"$out/sanitizer.log" 2>&1
   note "ctest -L gpu-sanitizer: rc $?; $(ctest_line "$out/sanitizer.log"); $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
 fi
 
