@@ -14,7 +14,9 @@
 /* Defines the row type NAME (dtype, dim, variant: what the arch makes of it,
    0 when it has one kind; launch: a launcher of type FN_T) and NAME_find,
    the launcher of a key in a table that ends with a NULL launch, or NULL
-   when that instantiation is not compiled in. */
+   when that instantiation is not compiled in. NAME and FN_T are type
+   names, which parentheses would break. */
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define FA_CUDA_INSTANCES(NAME, FN_T)                                          \
   typedef struct NAME {                                                        \
     fa_dtype dtype;                                                            \
@@ -28,5 +30,6 @@
         return i->launch;                                                      \
     return NULL;                                                               \
   }
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif

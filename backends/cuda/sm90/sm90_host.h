@@ -4,13 +4,13 @@
 // sm80/sm80_host.h): the compiled instantiations, admission (compute
 // capability 9.0, what the copy engine can address), score, plan, the
 // launches and the kernel rows.
-//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
-//       TMA, warp specialisation), head_dim == head_dim_v, tensors the copy
-//       engine can address; paged K/V with page sizes that sm90_paged.h
-//       cuts into TMA boxes (multiples of 8 that divide the key block or
-//       that it divides; others go to sm80); d64/d128 also the backward
-//       (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score 30;
-//       10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
+//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh over
+//       sm90_schedule.cuh: wgmma, TMA, warp specialisation), head_dim ==
+//       head_dim_v, tensors the copy engine can address; paged K/V with page
+//       sizes that sm90_paged.h cuts into TMA boxes (multiples of 8 that divide
+//       the key block or that it divides; others go to sm80); d64/d128 also the
+//       backward (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score
+//       30; 10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
 //       blocks than SMs): the sm80 tiles pack GQA heads and split the keys.
 #ifndef FA_CUDA_SM90_HOST_H
 #define FA_CUDA_SM90_HOST_H
