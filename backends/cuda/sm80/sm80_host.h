@@ -13,6 +13,7 @@
 #ifndef FA_CUDA_SM80_HOST_H
 #define FA_CUDA_SM80_HOST_H
 
+#include "cuda_instances.h"
 #include "sm80_tiles.h"
 
 /* The sm80 forward (generated list, FA_CUDA_HEAD_DIMS): variant 0 is a head
@@ -23,12 +24,7 @@
 #undef FA_SM80_INST
 
 typedef int (*fa_sm80_fwd_fn)(const fa_gpu_params *p, void *stream);
-typedef struct sm80_instance {
-  fa_dtype dtype;
-  int dim, variant;
-  fa_sm80_fwd_fn launch;
-} sm80_instance;
-
+FA_CUDA_INSTANCES(sm80_instance, fa_sm80_fwd_fn)
 static const sm80_instance sm80_instances[] = {
 #define FA_SM80_INST(t, d, v)                                                  \
   {FA_DTYPE_##t, d, v, fa_sm80_fwd_##t##_d##d##_v##v},
@@ -37,10 +33,7 @@ static const sm80_instance sm80_instances[] = {
     {FA_F32, 0, 0, NULL}};
 
 static fa_sm80_fwd_fn sm80_find(fa_dtype dtype, int dim, int variant) {
-  for (const sm80_instance *i = sm80_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim && i->variant == variant)
-      return i->launch;
-  return NULL;
+  return sm80_instance_find(sm80_instances, dtype, dim, variant);
 }
 
 /* The sm80 backward, per (dtype, head dim). */
@@ -52,22 +45,15 @@ static fa_sm80_fwd_fn sm80_find(fa_dtype dtype, int dim, int variant) {
 
 typedef int (*fa_sm80_bwd_fn)(const fa_gpu_params *p, float *dq_acc,
                               void *stream);
-typedef struct sm80_bwd_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm80_bwd_fn launch;
-} sm80_bwd_instance;
-
+FA_CUDA_INSTANCES(sm80_bwd_instance, fa_sm80_bwd_fn)
 static const sm80_bwd_instance sm80_bwd_instances[] = {
-#define FA_SM80_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm80_bwd_##t##_d##d},
+#define FA_SM80_BWD_INST(t, d) {FA_DTYPE_##t, d, 0, fa_sm80_bwd_##t##_d##d},
 #include "sm80_bwd_instances.h"
 #undef FA_SM80_BWD_INST
-    {FA_F32, 0, NULL}};
+    {FA_F32, 0, 0, NULL}};
 
 static fa_sm80_bwd_fn sm80_bwd_find(fa_dtype dtype, int dim) {
-  for (const sm80_bwd_instance *i = sm80_bwd_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
+  return sm80_bwd_instance_find(sm80_bwd_instances, dtype, dim, 0);
 }
 
 /* ---- admission, score, plan (k->variant: 1 for the decode tile) ---------- */

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The sm90 FP8 forward (sm_90a only): e4m3 or e5m2 Q, K, V through wgmma
 // (Q K^T in the input type, P V as e4m3 P x V) -> fp32, head dim 128. The
-// schedule is the 16-bit sm90 forward's (sm90_fwd.cuh: one TMA producer
-// warpgroup, two consumer warpgroups of 64 query rows taking turns at the
-// tensor cores, S_{j+1} issued with P_j V_j, the online softmax in base 2);
-// what differs is said here.
+// schedule is the 16-bit sm90 forward's, the one of sm90_schedule.cuh (one
+// TMA producer warpgroup, two consumer warpgroups of 64 query rows taking
+// turns at the tensor cores, S_{j+1} issued with P_j V_j, the online
+// softmax in base 2), instantiated over fp8_ops below; what differs is
+// said here.
 //
 // Operands. FP8 wgmma reads both operands K-major. S = Q K^T is that
 // already: a row of 128 codes is one 128-byte swizzled block, a k32 step
@@ -55,17 +56,17 @@
 #include "gpu_semantics.h"
 #include "sm90_fp8.h"
 #include "sm90_fp8_vt.cuh"
-#include "sm90_items.cuh" // item_of, setmaxnreg, mask and softmax
+#include "sm90_schedule.cuh"
 #include "sm90_wgmma_fp8.h"
 #include "softmax.h"
 
 namespace fa_sm90_fp8 {
 
 using namespace fa_cuda; // PTX, TMA and wgmma helpers (backends/cuda/common)
-using namespace fa_sm90; // item_of, the wgmma FP8 wrappers
+using namespace fa_sm90; // the schedule, the wgmma FP8 wrappers
 
 constexpr int kD = 128, kBM = 128, kBN = kVtKeys, kStages = 4;
-constexpr int kNC = kBM / 64, kNCT = 128 * kNC;
+constexpr int kNC = kBM / 64;
 constexpr uint32_t kQB = kBM * kD, kKB = kBN * kD, kVB = kD * kBN; // bytes
 constexpr float kPScale = 256.0f;
 
@@ -92,231 +93,82 @@ __device__ __forceinline__ void store2(TO *dst, float a, float b) {
   }
 }
 
-/* IN: the inputs' wgmma type tag (f8_e4m3, f8_e5m2); TO: O's element. */
+/* ---- the operands: FP8 Q and K, V^T from the pre-pass (see the header)
+   ---- IN: the inputs' wgmma type tag (f8_e4m3, f8_e5m2); TO: O's element. */
+template <typename IN, typename TO> struct fp8_ops {
+  static constexpr int BM = kBM, BN = kBN, ST = kStages;
+  static constexpr int NCB = 1, CB = kD; // a row of kD codes: one block
+  static constexpr int ON = kD, NO = 1, PK = BN / 32; // k32 steps of P V
+  static constexpr uint32_t QB = kQB, KB = kKB, VB = kVB;
+  typedef TO out_t;
+
+  // scale * dq * dk * log2(e): the one factor of the base-2 softmax, on
+  // raw q.k.
+  __device__ __forceinline__ static float softmax_mul(const fa_gpu_params &p,
+                                                      int b, int hk, float) {
+    return p.scale * descale(p.descale_q, p, b, hk) *
+           descale(p.descale_k, p, b, hk) * kLog2e;
+  }
+  // dv / kPScale (P was stored times kPScale).
+  __device__ __forceinline__ static float out_scale(const fa_gpu_params &p,
+                                                    int b, int hk) {
+    return descale(p.descale_v, p, b, hk) / kPScale;
+  }
+  // Block kb of the (sequence b, kv head hk) slab of V^T: D rows of its
+  // keys (keys_pad per slab, so no row or batch offset).
+  __device__ __forceinline__ static void load_v(uint32_t sV, uint32_t s,
+                                                const CUtensorMap *map,
+                                                uint32_t full, int kb, int,
+                                                int hk, int, int b) {
+    tma_load(sV + s * VB, map, full, kb * BN, 0, hk, b);
+  }
+  __device__ __forceinline__ static void
+  issue_s(float (&sc)[BN / 2], uint32_t sQ, uint32_t sK, uint32_t s, int cw) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 32; kk++) {
+      const uint64_t da = desc_sw128(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
+      const uint64_t db = desc_sw128(sK + s * KB + kk * 32, 16, 1024);
+      wgmma_f8<IN, IN, BN>::ss(sc, da, db, kk > 0);
+    }
+  }
+  __device__ __forceinline__ static void issue_pv(float (&o)[NO][ON / 2],
+                                                  const uint32_t (&pa)[PK][4],
+                                                  uint32_t sV, uint32_t s) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 32; kk++) {
+      const uint64_t db = desc_sw128(sV + s * VB + kk * 32, 16, 1024);
+      wgmma_f8<f8_e4m3, IN, kD>::rs(o[0], pa[kk], db, 1);
+    }
+  }
+  // P (times kPScale) to e4m3 A fragments: k32 group kk is n8 chunks
+  // 4kk .. 4kk+3; registers 0/2 hold row g, 1/3 row g + 8; register 0 the
+  // chunks 4kk, 4kk+1 and register 2 the chunks 4kk+2, 4kk+3, two keys of
+  // each (the order fp8_vt_key stores V^T in).
+  __device__ __forceinline__ static void pack_p(const float (&sc)[BN / 2],
+                                                uint32_t (&pa)[PK][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 32; kk++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const int hr = r & 1, j = 4 * kk + 2 * (r >> 1);
+        const float *a = &sc[4 * j + 2 * hr], *b = &sc[4 * (j + 1) + 2 * hr];
+        pa[kk][r] = e4m3x2(a[0] * kPScale, a[1] * kPScale) |
+                    e4m3x2(b[0] * kPScale, b[1] * kPScale) << 16;
+      }
+  }
+  // V^T has zeros past each sequence's end (the pre-pass writes them).
+  __device__ __forceinline__ static void zero_v_tail(uint32_t, uint32_t, int,
+                                                     int) {}
+  __device__ __forceinline__ static void store_o(TO *dst, int off, float x0,
+                                                 float x1, float f) {
+    store2<TO>(dst + off, x0 * f, x1 * f);
+  }
+};
+
+/* The kernel: the schedule over the FP8 operands (the overlapped one, no
+   score transform, dense or varlen K/V; tv is the V^T map). */
 template <typename IN, typename TO>
-__global__ void __launch_bounds__(128 * (kNC + 1), 1)
-    fwd_kernel(const __grid_constant__ fa_gpu_params p,
-               const __grid_constant__ CUtensorMap tq,
-               const __grid_constant__ CUtensorMap tk,
-               const __grid_constant__ CUtensorMap tvt) {
-  constexpr int BM = kBM, BN = kBN, ST = kStages, NC = kNC, NCT = kNCT;
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t sQ = base, sK = base + kQB, sV = sK + ST * kKB;
-  const uint32_t sBar = sV + ST * kVB;
-  const bars bb = init_bars<ST, NCT>(sBar);
-  const uint32_t q_full = bb.q_full, q_empty = bb.q_empty;
-  const uint32_t k_full = bb.k_full, v_full = bb.v_full, k_empty = bb.k_empty,
-                 v_empty = bb.v_empty;
-  // (each + 8 * stage)
-
-  if (threadIdx.x < 128) {
-    // ---- producer: Q once per item, then K and V^T blocks ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (threadIdx.x != 0) return;
-    uint32_t it = 0, nq = 0;
-    for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
-      const item t = item_of<BM, BN>(p, w);
-      if (!t.valid || t.kb0 >= t.kb1) continue;
-      const int hk = t.h / p.group;
-      bar_wait(q_empty, (nq & 1) ^ 1);
-      bar_expect_tx(q_full, kQB);
-      const int qrow = (int)fa_gpu_start_q(&p, t.b) + t.row0;
-      tma_load(sQ, &tq, q_full, 0, qrow, t.h, p.varlen_q ? 0 : t.b);
-      nq++;
-      const int krow = (int)fa_gpu_start_k(&p, t.b);
-      const int kbat = p.varlen_k ? 0 : t.b;
-      for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
-        const uint32_t s = it % ST, ph = (it / ST) & 1;
-        bar_wait(k_empty + 8 * s, ph ^ 1);
-        bar_expect_tx(k_full + 8 * s, kKB);
-        tma_load(sK + s * kKB, &tk, k_full + 8 * s, 0, krow + kb * BN, hk,
-                 kbat);
-        bar_wait(v_empty + 8 * s, ph ^ 1);
-        bar_expect_tx(v_full + 8 * s, kVB);
-        tma_load(sV + s * kVB, &tvt, v_full + 8 * s, kb * BN, 0, hk, t.b);
-      }
-    }
-    return;
-  }
-
-  // ---- consumers ----
-  asm volatile(
-      "setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(consumer_regs<NC>()));
-  const int ct = threadIdx.x - 128, cw = ct / 128;
-  const int warp = (ct % 128) / 32, lane = ct % 32, g = lane / 4, t4 = lane % 4;
-  const int rbase = cw * 64 + warp * 16 + g;
-  uint32_t it = 0, nq = 0;
-  auto turn_wait = [&] {
-    if (cw == 0)
-      asm volatile("bar.sync 2, 256;\n" ::: "memory");
-    else
-      asm volatile("bar.sync 3, 256;\n" ::: "memory");
-  };
-  auto turn_pass = [&] {
-    if (cw == NC - 1)
-      asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-    else
-      asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-  };
-  if (cw == NC - 1) turn_pass();
-
-  for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
-    const item t = item_of<BM, BN>(p, w);
-    if (!t.valid) continue;
-    const int nrows = min(BM, t.sq - t.row0);
-    const int hk = t.h / p.group;
-    // scale * dq * dk * log2(e): the one factor of the base-2 softmax.
-    const float mul = p.scale * descale(p.descale_q, p, t.b, hk) *
-                      descale(p.descale_k, p, t.b, hk) * kLog2e;
-    float o[kD / 2];
-#pragma unroll
-    for (int e = 0; e < kD / 2; e++) o[e] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-
-    int full_lo = 0, full_hi = -1;
-    if (t.kb0 < t.kb1) {
-      int lo_f, hi_f, lo_l, hi_l;
-      fa_gpu_visible(&p, t.row0, t.sq, t.sk, &lo_f, &hi_f);
-      fa_gpu_visible(&p, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
-      full_lo = lo_l;
-      full_hi = lo_f < hi_f ? hi_f - BN : -1;
-    }
-
-    auto issue_s = [&](float(&sc)[BN / 2], uint32_t s) {
-#pragma unroll
-      for (int kk = 0; kk < kD / 32; kk++) {
-        const uint64_t da = desc_sw128(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
-        const uint64_t db = desc_sw128(sK + s * kKB + kk * 32, 16, 1024);
-        wgmma_f8<IN, IN, BN>::ss(sc, da, db, kk > 0);
-      }
-    };
-    auto issue_pv = [&](const uint32_t(&pa)[BN / 32][4], uint32_t s) {
-#pragma unroll
-      for (int kk = 0; kk < BN / 32; kk++) {
-        const uint64_t db = desc_sw128(sV + s * kVB + kk * 32, 16, 1024);
-        wgmma_f8<f8_e4m3, IN, kD>::rs(o, pa[kk], db, 1);
-      }
-    };
-    auto mask = [&](float(&sc)[BN / 2], int kb) {
-      const int col0 = kb * BN;
-      if (col0 >= full_lo && col0 <= full_hi) return;
-      mask_rows<BN>(p, sc, t.row0 + rbase, t.sq, t.sk, col0, t4);
-    };
-    // The 16-bit kernel's online softmax (softmax_rows: fa_softmax_step,
-    // NaN-sticky max), on raw q.k: mul folds scale and the descales.
-    auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
-      softmax_rows<BN>(sc, mrow, lrow, alpha, mul);
-    };
-    // P (times kPScale) to e4m3 A fragments: k32 group kk is n8 chunks
-    // 4kk .. 4kk+3; registers 0/2 hold row g, 1/3 row g + 8; register 0 the
-    // chunks 4kk, 4kk+1 and register 2 the chunks 4kk+2, 4kk+3, two keys of
-    // each (the order fp8_vt_key stores V^T in).
-    auto pack_p = [&](const float(&sc)[BN / 2], uint32_t(&pa)[BN / 32][4]) {
-#pragma unroll
-      for (int kk = 0; kk < BN / 32; kk++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-          const int hr = r & 1, j = 4 * kk + 2 * (r >> 1);
-          const float *a = &sc[4 * j + 2 * hr], *b = &sc[4 * (j + 1) + 2 * hr];
-          pa[kk][r] = e4m3x2(a[0] * kPScale, a[1] * kPScale) |
-                      e4m3x2(b[0] * kPScale, b[1] * kPScale) << 16;
-        }
-    };
-    auto rescale = [&](const float(&alpha)[2]) {
-#pragma unroll
-      for (int j = 0; j < kD / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[4 * j + e] *= alpha[e / 2];
-    };
-    auto s_block = [&](float(&sc)[BN / 2], float(&alpha)[2], uint32_t s,
-                       uint32_t ph, int kb) {
-      bar_wait(k_full + 8 * s, ph);
-      wg_fence();
-      issue_s(sc, s);
-      wg_commit();
-      wg_wait<0>();
-      pin(sc);
-      bar_arrive(k_empty + 8 * s);
-      if (kb == t.kb1 - 1) bar_arrive(q_empty);
-      mask(sc, kb);
-      softmax(sc, alpha);
-    };
-
-    if (t.kb0 < t.kb1) {
-      float sc[BN / 2], alpha[2];
-      uint32_t pa[BN / 32][4];
-      bar_wait(q_full, nq & 1);
-      {
-        const uint32_t s = it % ST, ph = (it / ST) & 1;
-        s_block(sc, alpha, s, ph, t.kb0);
-        pack_p(sc, pa);
-      }
-      auto step = [&](auto has_next, int kb) {
-        constexpr bool NEXT = decltype(has_next)::value;
-        const uint32_t s = it % ST, ph = (it / ST) & 1;
-        const uint32_t sn = (it + 1) % ST, phn = ((it + 1) / ST) & 1;
-        bar_wait(v_full + 8 * s, ph);
-        if (NEXT) bar_wait(k_full + 8 * sn, phn);
-        turn_wait();
-        pin(o);
-        pin(pa);
-        wg_fence();
-        if constexpr (NEXT) {
-          issue_s(sc, sn);
-          wg_commit();
-        }
-        issue_pv(pa, s);
-        wg_commit();
-        turn_pass();
-        if constexpr (NEXT) {
-          wg_wait<1>();
-          pin(sc);
-          bar_arrive(k_empty + 8 * sn);
-          if (kb + 1 == t.kb1 - 1) bar_arrive(q_empty);
-          mask(sc, kb + 1);
-          softmax(sc, alpha);
-        }
-        wg_wait<0>();
-        pin(o);
-        bar_arrive(v_empty + 8 * s);
-        if constexpr (NEXT) {
-          rescale(alpha);
-          pack_p(sc, pa);
-        }
-        it++;
-      };
-      for (int kb = t.kb0; kb < t.kb1 - 1; kb++) step(std::true_type(), kb);
-      step(std::false_type(), t.kb1 - 1);
-      nq++;
-    }
-
-    // ---- epilogue: dv / (kPScale l) (and the sink), O and LSE ----
-    const float fo = descale(p.descale_v, p, t.b, hk) / kPScale;
-    TO *go = (TO *)p.o.data;
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-      float l = lrow[hr];
-      l += __shfl_xor_sync(~0u, l, 1);
-      l += __shfl_xor_sync(~0u, l, 2);
-      const int r = rbase + 8 * hr;
-      if (r >= nrows) continue;
-      const int i = t.row0 + r;
-      // The row's reference (fa_softmax_step's) in natural units.
-      const float m_nat =
-          mrow[hr] == -INFINITY ? -INFINITY : fa_mul_rn(mrow[hr], mul) * kLn2;
-      float lse;
-      const float f =
-          fa_softmax_finalize_sinks(m_nat, l, p.sinks, t.h, &lse) * fo;
-      TO *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < kD / 8; j++)
-        store2<TO>(dst + 8 * j, o[4 * j + 2 * hr] * f,
-                   o[4 * j + 2 * hr + 1] * f);
-      if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, t.b, t.h, i)] = lse;
-    }
-  }
-}
+FA_SM90_FWD_KERNEL(kNC, false, true, false, fp8_ops<IN, TO>)
 
 /* ---- host side
  * ---------------------------------------------------------------- */
@@ -361,8 +213,6 @@ static int map_vt(CUtensorMap *m, void *vt, int64_t keys_pad, int heads_kv,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-constexpr int smem_bytes() { return kQB + kStages * (kKB + kVB) + 1024 + 256; }
-
 template <typename IN, typename TO>
 int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
                void *vt, void *stream) {
@@ -390,7 +240,7 @@ int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return (int)e;
   auto kernel = fwd_kernel<IN, TO>;
-  constexpr int smem = smem_bytes();
+  constexpr int smem = smem_bytes<fp8_ops<IN, TO>>();
   static_assert(smem <= 232448, "sm90 FP8 tile over the 227 KB opt-in limit");
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            smem);

@@ -11,6 +11,7 @@
 #ifndef FA_CUDA_SM90_FP8_HOST_H
 #define FA_CUDA_SM90_FP8_HOST_H
 
+#include "cuda_instances.h"
 #include "sm90_fp8.h" // the tile, the V^T workspace, the launchers
 
 #define FA_DTYPE_e4m3 FA_E4M3
@@ -20,22 +21,15 @@
 typedef int (*fa_sm90_fp8_fwd_fn)(const fa_gpu_params *p, int64_t rows_q,
                                   int64_t rows_k, int sms, void *vt,
                                   void *stream);
-typedef struct sm90_fp8_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm90_fp8_fwd_fn launch;
-} sm90_fp8_instance;
-
+FA_CUDA_INSTANCES(sm90_fp8_instance, fa_sm90_fp8_fwd_fn)
 static const sm90_fp8_instance sm90_fp8_instances[] = {
-#define FA_SM90_FP8_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_fp8_fwd_##t##_d##d},
+#define FA_SM90_FP8_INST(t, d) {FA_DTYPE_##t, d, 0, fa_sm90_fp8_fwd_##t##_d##d},
 #include "sm90_fp8_instances.h"
 #undef FA_SM90_FP8_INST
-    {FA_F32, 0, NULL}};
+    {FA_F32, 0, 0, NULL}};
 
 static fa_sm90_fp8_fwd_fn sm90_fp8_find(fa_dtype dtype, int dim) {
-  for (const sm90_fp8_instance *i = sm90_fp8_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
+  return sm90_fp8_instance_find(sm90_fp8_instances, dtype, dim, 0);
 }
 
 /* ---- admission ----------------------------------------------------------- */
@@ -102,17 +96,15 @@ static fa_status fwd_sm90_fp8(void *state, const fa_problem *p,
                               const fa_plan_data *plan, const fa_fwd_args *a) {
   gpu_state *st = state;
   char name[48];
-  kernel_name("sm90", p, name, sizeof name);
   fa_sm90_fp8_fwd_fn fn = sm90_fp8_find(p->dtype, p->a.head_dim);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
-  fa_status s = use_device(st);
+  fa_gpu_params q;
+  void *vt = NULL;
+  fa_status s =
+      sm90_fwd_start(st, p, plan, a, fn != NULL, name, sizeof name, &q);
+  if (!s) s = plan_scratch(st, plan, &vt);
   if (s) return s;
-  fa_gpu_params q; // the launcher sets its geometry (the plan's, too)
-  fa_gpu_fill_forward(&q, p, plan, a);
-  void *vt;
-  if ((s = plan_scratch(st, plan, &vt))) return s;
-  int err = fn(&q, p->rows_q, p->rows_k, st->units, vt, st->stream);
-  return err == -1 ? tma_refused(name) : launched(err, name);
+  return sm90_launched(fn(&q, p->rows_q, p->rows_k, st->units, vt, st->stream),
+                       name);
 }
 
 /* ---- the kernel rows (cuda_backend.c's table lists them in this order) ----

@@ -4,17 +4,18 @@
 // sm80/sm80_host.h): the compiled instantiations, admission (compute
 // capability 9.0, what the copy engine can address), score, plan, the
 // launches and the kernel rows.
-//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh: wgmma,
-//       TMA, warp specialisation), head_dim == head_dim_v, tensors the copy
-//       engine can address; paged K/V with page sizes that sm90_paged.h
-//       cuts into TMA boxes (multiples of 8 that divide the key block or
-//       that it divides; others go to sm80); d64/d128 also the backward
-//       (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score 30;
-//       10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
+//   cuda.sm90.<bf16|f16>.d<64|128|256>  sm_90a forward (sm90_fwd.cuh over
+//       sm90_schedule.cuh: wgmma, TMA, warp specialisation), head_dim ==
+//       head_dim_v, tensors the copy engine can address; paged K/V with page
+//       sizes that sm90_paged.h cuts into TMA boxes (multiples of 8 that divide
+//       the key block or that it divides; others go to sm80); d64/d128 also the
+//       backward (sm90_bwd.cuh: wgmma, TMA, dQ by 16-byte reductions). Score
+//       30; 10 for seqlen_q < 64 or a problem the sm80 plan splits (fewer q
 //       blocks than SMs): the sm80 tiles pack GQA heads and split the keys.
 #ifndef FA_CUDA_SM90_HOST_H
 #define FA_CUDA_SM90_HOST_H
 
+#include "cuda_instances.h"
 #include "sm80/sm80_tiles.h" // the score compares with the sm80 plan
 #include "sm90_paged.h"
 #include "sm90_tiles.h"
@@ -32,17 +33,6 @@
 typedef int (*fa_sm90_fwd_fn)(const fa_gpu_params *p, int64_t rows_q,
                               int64_t rows_k, int sms, int serial,
                               void *stream);
-typedef struct sm90_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm90_fwd_fn launch;
-} sm90_instance;
-
-static const sm90_instance sm90_instances[] = {
-#define FA_SM90_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_fwd_##t##_d##d},
-#include "sm90_instances.h"
-#undef FA_SM90_INST
-    {FA_F32, 0, NULL}};
 
 /* Their paged-K/V instantiations (FA_CUDA_SM90_PAGED_DIMS), the same
    launcher signature. */
@@ -53,18 +43,20 @@ static const sm90_instance sm90_instances[] = {
 #include "sm90_paged_instances.h"
 #undef FA_SM90_PAGED_INST
 
-static const sm90_instance sm90_paged_instances[] = {
+/* One table, variant 1 for paged K/V. */
+FA_CUDA_INSTANCES(sm90_instance, fa_sm90_fwd_fn)
+static const sm90_instance sm90_instances[] = {
+#define FA_SM90_INST(t, d) {FA_DTYPE_##t, d, 0, fa_sm90_fwd_##t##_d##d},
+#include "sm90_instances.h"
+#undef FA_SM90_INST
 #define FA_SM90_PAGED_INST(t, d)                                               \
-  {FA_DTYPE_##t, d, fa_sm90_fwd_paged_##t##_d##d},
+  {FA_DTYPE_##t, d, 1, fa_sm90_fwd_paged_##t##_d##d},
 #include "sm90_paged_instances.h"
 #undef FA_SM90_PAGED_INST
-    {FA_F32, 0, NULL}};
+    {FA_F32, 0, 0, NULL}};
 
 static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim, int paged) {
-  for (const sm90_instance *i = paged ? sm90_paged_instances : sm90_instances;
-       i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
+  return sm90_instance_find(sm90_instances, dtype, dim, paged != 0);
 }
 
 /* The sm90 backward (d64/d128), same return convention. */
@@ -76,22 +68,15 @@ static fa_sm90_fwd_fn sm90_find(fa_dtype dtype, int dim, int paged) {
 
 typedef int (*fa_sm90_bwd_fn)(const fa_gpu_params *p, float *dq_acc,
                               int64_t rows_q, int64_t rows_k, void *stream);
-typedef struct sm90_bwd_instance {
-  fa_dtype dtype;
-  int dim;
-  fa_sm90_bwd_fn launch;
-} sm90_bwd_instance;
-
+FA_CUDA_INSTANCES(sm90_bwd_instance, fa_sm90_bwd_fn)
 static const sm90_bwd_instance sm90_bwd_instances[] = {
-#define FA_SM90_BWD_INST(t, d) {FA_DTYPE_##t, d, fa_sm90_bwd_##t##_d##d},
+#define FA_SM90_BWD_INST(t, d) {FA_DTYPE_##t, d, 0, fa_sm90_bwd_##t##_d##d},
 #include "sm90_bwd_instances.h"
 #undef FA_SM90_BWD_INST
-    {FA_F32, 0, NULL}};
+    {FA_F32, 0, 0, NULL}};
 
 static fa_sm90_bwd_fn sm90_bwd_find(fa_dtype dtype, int dim) {
-  for (const sm90_bwd_instance *i = sm90_bwd_instances; i->launch; i++)
-    if (i->dtype == dtype && i->dim == dim) return i->launch;
-  return NULL;
+  return sm90_bwd_instance_find(sm90_bwd_instances, dtype, dim, 0);
 }
 
 /* ---- admission ----------------------------------------------------------- */
@@ -255,29 +240,44 @@ static fa_status sm90_plan(const kdesc *k, const char *name,
 
 /* ---- launches ------------------------------------------------------------ */
 
-/* The sm90 launchers' -1: the driver refused a tensor map that supports()
-   judged encodable. */
-static fa_status tma_refused(const char *name) {
+/* The result of an sm90 launcher: its -1 is a tensor map the driver
+   refused though supports() judged it encodable, else a cudaError_t. */
+static fa_status sm90_launched(int err, const char *name) {
+  if (err != -1) return launched(err, name);
   return core->fail(FA_ERR_BACKEND,
                     "%s: %s: cuTensorMapEncodeTiled refused "
                     "a tensor that supports() accepted (strides %s)",
                     BACKEND_NAME, name, "or sizes");
 }
 
+/* What an sm90 forward does before its launcher (the 16-bit and the FP8
+   one): the kernel's name, a compiled launcher (built: the lookup found
+   one), the context's device, the launcher's parameters (the launcher
+   sets its geometry, the plan's too). */
+static fa_status sm90_fwd_start(gpu_state *st, const fa_problem *p,
+                                const fa_plan_data *plan, const fa_fwd_args *a,
+                                int built, char *name, size_t len,
+                                fa_gpu_params *q) {
+  kernel_name("sm90", p, name, len);
+  if (!built) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
+  fa_status s = use_device(st);
+  if (s) return s;
+  fa_gpu_fill_forward(q, p, plan, a);
+  return FA_OK;
+}
+
 static fa_status fwd_sm90(void *state, const fa_problem *p,
                           const fa_plan_data *plan, const fa_fwd_args *a) {
   gpu_state *st = state;
   char name[48];
-  kernel_name("sm90", p, name, sizeof name);
   fa_sm90_fwd_fn fn = sm90_find(p->dtype, p->a.head_dim, p->paged);
-  if (!fn) return core->fail(FA_ERR_BACKEND, "%s: not compiled in", name);
-  fa_status s = use_device(st);
+  fa_gpu_params q;
+  fa_status s =
+      sm90_fwd_start(st, p, plan, a, fn != NULL, name, sizeof name, &q);
   if (s) return s;
-  fa_gpu_params q; // the launcher sets its geometry (the plan's, too)
-  fa_gpu_fill_forward(&q, p, plan, a);
-  int err = fn(&q, p->rows_q, p->rows_k, st->units,
-               config("FA_SM90_SERIAL") != 0, st->stream);
-  return err == -1 ? tma_refused(name) : launched(err, name);
+  return sm90_launched(fn(&q, p->rows_q, p->rows_k, st->units,
+                          config("FA_SM90_SERIAL") != 0, st->stream),
+                       name);
 }
 
 static fa_status bwd_sm90(void *state, const fa_problem *p,
@@ -290,8 +290,8 @@ static fa_status bwd_sm90(void *state, const fa_problem *p,
   float *dq_acc;
   fa_status s = tc_backward_start(state, p, plan, a, &q, &dq_acc);
   if (s) return s;
-  int err = fn(&q, dq_acc, p->rows_q, p->rows_k, ((gpu_state *)state)->stream);
-  return err == -1 ? tma_refused(name) : launched(err, name);
+  return sm90_launched(
+      fn(&q, dq_acc, p->rows_q, p->rows_k, ((gpu_state *)state)->stream), name);
 }
 
 /* ---- the kernel rows (cuda_backend.c's table lists them in this order) ----

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// What the sm90 forwards share of their schedule (sm90_fwd.cuh, the 16-bit
-// one; sm90_fp8_fwd.cuh, the FP8 one): the setmaxnreg register split of
+// The pieces of the sm90 forward schedule (sm90_schedule.cuh, over the
+// 16-bit and the FP8 operands) that stand alone: the setmaxnreg split of
 // the producer and consumer warpgroups, the mbarriers, the persistent
 // grid's work items and the consumers' masking and online softmax on the S
 // fragment.
@@ -27,7 +27,7 @@ template <int NC> __host__ __device__ constexpr int consumer_regs() {
   return (65536 - 128 * kProducerRegs) / (128 * NC) / 8 * 8;
 }
 
-/* The forwards' mbarriers at sBar (8 bytes each; see sm90_fwd.cuh's
+/* The forwards' mbarriers at sBar (8 bytes each; see sm90_schedule.cuh's
    synchronisation table), k_full ... v_empty one per stage (+ 8 * stage):
    thread 0 initialises them (expect_tx barriers count 1, "empty" ones the
    NCT consumer threads), then the CTA syncs. */

@@ -2,7 +2,7 @@
 // Paged K/V in the sm90 forward: how the producer cuts a block of block_n
 // keys into TMA boxes over the page pool, and which page and slot each box
 // reads. Shared by the host (cuda_backend.c: admission) and the kernel
-// (sm90_fwd.cuh), so both apply one rule.
+// (sm90_schedule.cuh's paged producer), so both apply one rule.
 //
 // The page pool [num_pages][page_size][heads_kv][d] is described to the
 // copy engine as a 4-d tensor (d, page_size, heads_kv, num_pages) with
