@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: MIT
+// The backward's blocks on AMX tiles (passes 2 and 3 of cpu_backward.h),
+// included there through FA_TILE_BWD_HEADER. Each block keeps its score
+// tile with keys as rows, S^T [keys][lanes], so that every product reads
+// bf16 rows as stored or packs them once per block:
+//   S^T = K.Q^T      A = K rows (pairs along d), B = Q^T pairs [d/2][lanes]
+//   dP^T = V.dO^T    A = V rows, B = dO^T pairs [dv/2][lanes]
+//   P, dS in AVX-512 on S^T and dP^T (lse and D along the lanes), rounded
+//   to bf16 as the next products' operands:
+//   dV += P^T.dO     A = P^T rows (pairs along lanes), B = dO in pairs of
+//                    rows [lanes/2][dv]
+//   dK += dS^T.Q     A = dS^T rows, B = Q in pairs of rows
+//   dQ^T += K^T.dS^T (pass 3) A = K^T in pairs of keys [d][keys/2], B =
+//                    dS^T in pairs of keys [keys/2][lanes]
+// Pass 2 packs K and V once per kv block and Q, dO once per (q block, kv
+// block); pass 3 packs Q and dO once per q block and K, V once per pair.
+// Every dimension is padded with zeros to whole tiles (32 keys, lanes and
+// d), and P and dS are exactly 0 outside the visible pairs, so a padded or
+// masked product adds 0. The blocks they leave (softcap, ALiBi, dO not
+// bf16, or a tile that meets a mask where an operand the masked pairs
+// would multiply holds inf or NaN) run the body's fp32 blocks.
+#ifndef FA_AMX_BWD_H
+#define FA_AMX_BWD_H
+
+#include "amx/amx_exp2.h"
+
+static inline int round32(int x) { return (x + 31) / 32 * 32; }
+
+/* C[m][n] (+)= A.B over k2 pairs: A rows of lda words, B pair rows of ldb
+   words, C rows of ldc floats; m, n and k2 multiples of 16. acc: C is
+   loaded first (else zeroed). 2 x 2 C tiles at a time, each loaded A and
+   B tile feeding two products. */
+static void amx_gemm(int m, int n, int k2, const uint32_t *a, size_t lda,
+                     const uint32_t *b, size_t ldb, float *c, size_t ldc,
+                     int acc) {
+  amx_ready();
+  const size_t sa = 4 * lda, sb = 4 * ldb, sc = 4 * ldc;
+  for (int i0 = 0; i0 < m; i0 += 32)
+    for (int j0 = 0; j0 < n; j0 += 32) {
+      float *c00 = c + (size_t)i0 * ldc + j0;
+      const uint32_t *a0 = a + (size_t)i0 * lda, *b0 = b + j0;
+      if (i0 + 16 < m && j0 + 16 < n) {
+        if (acc) {
+          _tile_loadd(0, c00, sc);
+          _tile_loadd(1, c00 + 16, sc);
+          _tile_loadd(2, c00 + 16 * ldc, sc);
+          _tile_loadd(3, c00 + 16 * ldc + 16, sc);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+        for (int e = 0; e < k2; e += 16) {
+          _tile_loadd(4, a0 + e, sa);
+          _tile_loadd(5, a0 + 16 * lda + e, sa);
+          _tile_loadd(6, b0 + (size_t)e * ldb, sb);
+          _tile_loadd(7, b0 + (size_t)e * ldb + 16, sb);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, c00, sc);
+        _tile_stored(1, c00 + 16, sc);
+        _tile_stored(2, c00 + 16 * ldc, sc);
+        _tile_stored(3, c00 + 16 * ldc + 16, sc);
+        continue;
+      }
+      // Edges (a last 16 rows or columns): one C tile at a time.
+      for (int i = i0; i < i0 + 32 && i < m; i += 16)
+        for (int j = j0; j < j0 + 32 && j < n; j += 16) {
+          float *ci = c + (size_t)i * ldc + j;
+          if (acc)
+            _tile_loadd(0, ci, sc);
+          else
+            _tile_zero(0);
+          for (int e = 0; e < k2; e += 16) {
+            _tile_loadd(4, a + (size_t)i * lda + e, sa);
+            _tile_loadd(6, b + (size_t)e * ldb + j, sb);
+            _tile_dpbf16ps(0, 4, 6);
+          }
+          _tile_stored(0, ci, sc);
+        }
+    }
+}
+
+/* dst[c][r] = src[r][c] for 32-bit words, r < rows, c < cols (both
+   multiples of 16), by 16 x 16 blocks. */
+static void amx_transpose(uint32_t *dst, size_t ldd, const uint32_t *src,
+                          size_t lds, int rows, int cols) {
+  for (int r0 = 0; r0 < rows; r0 += 16)
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+      __m512i x[16];
+      for (int i = 0; i < 16; i++)
+        x[i] = _mm512_loadu_si512(src + (size_t)(r0 + i) * lds + c0);
+      transpose16(x);
+      for (int i = 0; i < 16; i++)
+        _mm512_storeu_si512(dst + (size_t)(c0 + i) * ldd + r0, x[i]);
+    }
+}
+
+/* bf16 rows [row0, row0 + n) of t (q-like or, with key, k-like) for
+   (b, h) into dst[rows][ld] 16-bit values: dims past dim and rows past n
+   zero. */
+static void amx_load_rows(uint16_t *dst, int ld, const fa_problem *p,
+                          const fa_tensor *t, int b, int h, int row0, int n,
+                          int rows, int dim, int key) {
+  const uint16_t *src = (const uint16_t *)t->data;
+  for (int r = 0; r < rows; r++) {
+    uint16_t *d = dst + (size_t)r * ld;
+    int w = 0;
+    if (r < n) {
+      const int64_t at = key ? fa_k_offset(p, t, b, row0 + r, h)
+                             : fa_q_offset(p, t, b, row0 + r, h);
+      memcpy(d, src + at, sizeof(uint16_t) * (size_t)dim);
+      w = dim;
+    }
+    memset(d + w, 0, sizeof(uint16_t) * (size_t)(ld - w));
+  }
+}
+
+/* out[e][x] = (rows[2e][x], rows[2e + 1][x]) for e < rows_n / 2: 16-bit
+   rows of ld values (a multiple of 16) paired two by two. */
+static void amx_pair_rows(uint32_t *out, const uint16_t *rows, int ld,
+                          int rows_n) {
+  for (int e = 0; 2 * e < rows_n; e++)
+    pair_rows(out + (size_t)e * ld, rows + (size_t)2 * e * ld,
+              rows + (size_t)(2 * e + 1) * ld, ld);
+}
+
+/* 1 if a bf16 value of rows [row0, row0 + n) of t (dim values each) is
+   an inf or NaN (exponent all ones). */
+static int amx_rows_nonfinite(const fa_problem *p, const fa_tensor *t, int b,
+                              int h, int row0, int n, int dim, int key) {
+  const uint16_t *src = (const uint16_t *)t->data;
+  uint32_t bad = 0;
+  for (int r = 0; r < n; r++) {
+    const int64_t at = key ? fa_k_offset(p, t, b, row0 + r, h)
+                           : fa_q_offset(p, t, b, row0 + r, h);
+    for (int d = 0; d < dim; d++)
+      bad |= (uint32_t)((src[at + d] & 0x7f80u) == 0x7f80u);
+  }
+  return bad != 0;
+}
+
+/* A thread's AMX tiles, after the body's (pitches in words or floats):
+   kp keys, q32 lanes, d32 and v32 dims, each rounded up to 32. */
+typedef struct amx_bwd_tiles {
+  int kp, q32, d32, v32;
+  uint16_t *ka, *va, *qr, *dor; // K, V, Q, dO rows as stored, zero padded
+  uint32_t *qtb, *dotb;         // Q^T, dO^T pairs [dim/2][q32]
+  uint32_t *qrb, *dorb;         // Q, dO in pairs of rows [q32/2][dim]
+  uint32_t *pa, *dsa;           // P^T, dS^T [kp][q32/2] (pass 3: dS^T
+                                // in pairs of keys [kp/2][q32], in dsa)
+  uint32_t *kpr, *kta;          // K in pairs of rows, its transpose
+  float *st, *dpt;              // S^T, dP^T [kp][q32]
+  float *dka, *dva, *dqt;       // dK [kp][d32], dV [kp][v32], dQ^T
+  float *lse, *dl, *row;        // per lane; one dQ row
+  int *lo, *hi;                 // each lane's visible keys
+} amx_bwd_tiles;
+
+/* The floats of those tiles (at == NULL), or their places from at. */
+static size_t amx_bwd_place(const fa_plan_data *plan, float *at,
+                            amx_bwd_tiles *x) {
+  const int kp = round32(plan->block_k), q = round32(plan->block_q),
+            d = round32(plan->head_dim_pad), v = round32(plan->head_dim_v_pad);
+  size_t n = 0;
+#define FA_AMX_TAKE(field, type, count)                                        \
+  do {                                                                         \
+    if (at) x->field = (type *)(at + n);                                       \
+    n += ((size_t)(count) + 15) / 16 * 16;                                     \
+  } while (0)
+  FA_AMX_TAKE(ka, uint16_t, (size_t)kp * d / 2);
+  FA_AMX_TAKE(va, uint16_t, (size_t)kp * v / 2);
+  FA_AMX_TAKE(qr, uint16_t, (size_t)q * d / 2);
+  FA_AMX_TAKE(dor, uint16_t, (size_t)q * v / 2);
+  FA_AMX_TAKE(qtb, uint32_t, (size_t)q * d / 2);
+  FA_AMX_TAKE(dotb, uint32_t, (size_t)q * v / 2);
+  FA_AMX_TAKE(qrb, uint32_t, (size_t)q * d / 2);
+  FA_AMX_TAKE(dorb, uint32_t, (size_t)q * v / 2);
+  FA_AMX_TAKE(pa, uint32_t, (size_t)kp * q / 2);
+  FA_AMX_TAKE(dsa, uint32_t, (size_t)kp * q / 2);
+  FA_AMX_TAKE(kpr, uint32_t, (size_t)kp * d / 2);
+  FA_AMX_TAKE(kta, uint32_t, (size_t)kp * d / 2);
+  FA_AMX_TAKE(st, float, (size_t)kp * q);
+  FA_AMX_TAKE(dpt, float, (size_t)kp * q);
+  FA_AMX_TAKE(dka, float, (size_t)kp * d);
+  FA_AMX_TAKE(dva, float, (size_t)kp * v);
+  FA_AMX_TAKE(dqt, float, (size_t)d * q);
+  FA_AMX_TAKE(lse, float, q);
+  FA_AMX_TAKE(dl, float, q);
+  FA_AMX_TAKE(row, float, d);
+  FA_AMX_TAKE(lo, int, q);
+  FA_AMX_TAKE(hi, int, q);
+#undef FA_AMX_TAKE
+  if (at) {
+    x->kp = kp;
+    x->q32 = q;
+    x->d32 = d;
+    x->v32 = v;
+  }
+  return n;
+}
+
+static cpu_tiles amx_tiles_layout(const fa_plan_data *plan, int bwd) {
+  cpu_tiles t = tiles_layout(plan, bwd);
+  if (bwd) t.total += amx_bwd_place(plan, NULL, NULL);
+  return t;
+}
+#define FA_TILES_LAYOUT amx_tiles_layout
+
+/* The AMX tiles of the thread whose body tiles are ws; 0 when the problem
+   is one the blocks leave to the body. */
+static int amx_bwd_tiles_of(const cpu_bwd *c, float *ws, amx_bwd_tiles *x) {
+  const fa_problem *p = c->p;
+  if (p->a.softcap > 0.0f || p->a.alibi_slopes ||
+      c->args->d_o.dtype != FA_BF16 || c->args->q.dtype != FA_BF16 ||
+      c->args->k.dtype != FA_BF16 || c->args->v.dtype != FA_BF16)
+    return 0;
+  amx_bwd_place(c->plan, ws + (c->t.total - amx_bwd_place(c->plan, NULL, NULL)),
+                x);
+  return 1;
+}
+
+/* The Q side of (b, h, rows row0 .. row0 + nr): Q^T and dO^T pairs, with
+   pairs of rows when rows (pass 2), and lse and D per lane (0 past nr). */
+static void amx_q_side(const cpu_bwd *c, const amx_bwd_tiles *x, int b, int h,
+                       int row0, int nr, int rows) {
+  const fa_problem *p = c->p;
+  const int q = x->q32, d = x->d32, v = x->v32;
+  amx_load_rows(x->qr, d, p, &c->args->q, b, h, row0, nr, q, p->a.head_dim,
+                0);
+  amx_load_rows(x->dor, v, p, &c->args->d_o, b, h, row0, nr, q,
+                p->a.head_dim_v, 0);
+  amx_transpose(x->qtb, q, (const uint32_t *)x->qr, d / 2, q, d / 2);
+  amx_transpose(x->dotb, q, (const uint32_t *)x->dor, v / 2, q, v / 2);
+  if (rows) {
+    amx_pair_rows(x->qrb, x->qr, d, q);
+    amx_pair_rows(x->dorb, x->dor, v, q);
+  }
+  for (int r = 0; r < q; r++) {
+    const float l = r < nr ? c->args->lse[row_index(p, b, h, row0 + r)] : 0.0f;
+    x->lse[r] = l == -INFINITY ? 0.0f : l; // such rows see no key: P = 0
+    x->dl[r] = r < nr ? c->delta[row_index(p, b, h, row0 + r)] : 0.0f;
+  }
+}
+
+/* S^T = K.Q^T and dP^T = V.dO^T of the packed sides (kp keys). */
+static void amx_scores_grads(const amx_bwd_tiles *x) {
+  const int q = x->q32, d = x->d32, v = x->v32;
+  amx_gemm(x->kp, q, d / 2, (const uint32_t *)x->ka, d / 2, x->qtb, q, x->st,
+           q, 0);
+  amx_gemm(x->kp, q, v / 2, (const uint32_t *)x->va, v / 2, x->dotb, q, x->dpt,
+           q, 0);
+}
+
+/* The visible lanes r0 .. r0 + 15 of key j: lanes below nr, and with lo
+   each lane's keys [lo[r], hi[r]). */
+static inline __mmask16 amx_lanes(int j, int r0, int nr, const int *lo,
+                                  const int *hi) {
+  const int n = nr - r0 < 0 ? 0 : nr - r0 > 16 ? 16 : nr - r0;
+  __mmask16 k = (__mmask16)((1u << n) - 1u);
+  if (lo) {
+    const __m512i vj = _mm512_set1_epi32(j);
+    k = _mm512_mask_cmp_epi32_mask(k, _mm512_loadu_si512(lo + r0), vj,
+                                   _MM_CMPINT_LE);
+    k = _mm512_mask_cmp_epi32_mask(k, vj, _mm512_loadu_si512(hi + r0),
+                                   _MM_CMPINT_LT);
+  }
+  return k;
+}
+
+/* P and dS of the block from S^T and dP^T, keys j < nc and lanes r < nr
+   (lo: each lane's visible keys; elsewhere both are exactly 0):
+   P = exp(min(scale s - lse, 0)) (clamped as in tile_grad),
+   dS = P (dP - D) scale. by_keys 0: P^T and dS^T as bf16 rows, pairs of
+   lanes (pa, dsa); 1: dS^T alone in pairs of keys (dsa, [kp/2][q32]). */
+static void amx_grads(const amx_bwd_tiles *x, int nc, int nr, float scale,
+                      const int *lo, const int *hi, int by_keys) {
+  const int q = x->q32;
+  const __m512 k = _mm512_set1_ps(scale * 1.44269504088896341f),
+               vs = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+  // Word lane i of a pair vector: low half key 2e, high half key 2e+1.
+  const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11,
+                                         26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int r0 = 0; r0 < q; r0 += 32) {
+    __m512 ll[2], dd[2];
+    for (int u = 0; u < 2; u++) {
+      ll[u] = _mm512_mul_ps(_mm512_loadu_ps(x->lse + r0 + 16 * u),
+                            _mm512_set1_ps(1.44269504088896341f));
+      dd[u] = _mm512_loadu_ps(x->dl + r0 + 16 * u);
+    }
+    for (int j = 0; j < x->kp; j += 2) {
+      __m512 pv[2][2], dv[2][2]; // [key j + w][lanes half u]
+      for (int w = 0; w < 2; w++)
+        for (int u = 0; u < 2; u++) {
+          const int jj = j + w, r = r0 + 16 * u;
+          const __mmask16 keep =
+              jj < nc ? amx_lanes(jj, r, nr, lo, hi) : (__mmask16)0;
+          const size_t at = (size_t)jj * q + r;
+          const __m512 t = _mm512_min_ps(
+              zero, _mm512_fmsub_ps(_mm512_loadu_ps(x->st + at), k, ll[u]));
+          pv[w][u] = amx_exp2(t, keep);
+          dv[w][u] = _mm512_maskz_mul_ps(
+              keep,
+              _mm512_mul_ps(pv[w][u],
+                            _mm512_sub_ps(_mm512_loadu_ps(x->dpt + at), dd[u])),
+              vs);
+        }
+      if (by_keys) {
+        for (int u = 0; u < 2; u++)
+          _mm512_storeu_si512(
+              x->dsa + (size_t)j / 2 * q + r0 + 16 * u,
+              _mm512_permutexvar_epi16(
+                  inter, (__m512i)_mm512_cvtne2ps_pbh(dv[1][u], dv[0][u])));
+        continue;
+      }
+      for (int w = 0; w < 2; w++) {
+        const size_t at = (size_t)(j + w) * (q / 2) + r0 / 2;
+        _mm512_storeu_si512(x->pa + at,
+                            (__m512i)_mm512_cvtne2ps_pbh(pv[w][1], pv[w][0]));
+        _mm512_storeu_si512(x->dsa + at,
+                            (__m512i)_mm512_cvtne2ps_pbh(dv[w][1], dv[w][0]));
+      }
+    }
+  }
+}
+
+/* Where the tile of lanes ln meets a mask: each lane's visible keys in
+   x->lo / x->hi (padded lanes none), returned; else NULL. */
+static const int *amx_cut_keys(const cpu_bwd *c, const amx_bwd_tiles *x,
+                               const cpu_lanes *ln, int sq, int sk, int col0,
+                               int nc) {
+  if (!tile_cut(c->p, ln, sq, sk, col0, nc)) return NULL;
+  lane_keys(c->p, ln, sq, sk, col0, nc, x->lo, x->hi);
+  for (int r = ln->npos; r < x->q32; r++) x->lo[r] = x->hi[r] = 0;
+  return x->lo;
+}
+
+/* Pass 2 on tiles: dK, dV of kv block kb of (b, hk) into the body's acc
+   and accv tiles (store_kv_block and add_kv_block read them there). */
+static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
+                               int kb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  amx_bwd_tiles x;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
+  const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+  const int bq = t->bq, nqb = (sq + bq - 1) / bq, dim = p->a.head_dim,
+            dv = p->a.head_dim_v;
+  int ok = amx_bwd_tiles_of(c, ws, &x);
+  // Masked dS = 0 and P = 0 must not meet an inf or NaN in Q or dO.
+  for (int h = hk * p->group; ok && h < (hk + 1) * p->group; h++)
+    for (int qb = 0; ok && qb < nqb; qb++) {
+      int kb0, kb1;
+      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
+      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+      const cpu_lanes ln = {h, 1, row0, nr, shift};
+      if (kb >= kb0 && kb < kb1 && tile_cut(p, &ln, sq, sk, col0, nc))
+        ok = !amx_rows_nonfinite(p, &c->args->q, b, h, row0, nr, dim, 0) &&
+             !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
+    }
+  if (!ok) {
+    kv_block_grads(c, ws, b, hk, kb);
+    return;
+  }
+  x.kp = round32(nc);
+  amx_load_rows(x.ka, x.d32, p, &c->args->k, b, hk, col0, nc, x.kp, dim, 1);
+  amx_load_rows(x.va, x.v32, p, &c->args->v, b, hk, col0, nc, x.kp, dv, 1);
+  memset(x.dka, 0, sizeof(float) * (size_t)x.kp * x.d32);
+  memset(x.dva, 0, sizeof(float) * (size_t)x.kp * x.v32);
+  for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
+    for (int qb = 0; qb < nqb; qb++) {
+      int kb0, kb1;
+      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
+      if (kb < kb0 || kb >= kb1) continue;
+      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+      const cpu_lanes ln = {h, 1, row0, nr, shift};
+      amx_q_side(c, &x, b, h, row0, nr, 1);
+      amx_scores_grads(&x);
+      const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
+      amx_grads(&x, nc, nr, p->a.scale, lo, x.hi, 0);
+      const int q = x.q32;
+      amx_gemm(x.kp, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32, x.dva, x.v32,
+               1);
+      amx_gemm(x.kp, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32, x.dka, x.d32,
+               1);
+    }
+  amx_done();
+  for (int j = 0; j < nc; j++) {
+    memcpy(ws + t->acc + (size_t)j * t->ld, x.dka + (size_t)j * x.d32,
+           sizeof(float) * (size_t)dim);
+    memcpy(ws + t->accv + (size_t)j * t->ldv, x.dva + (size_t)j * x.v32,
+           sizeof(float) * (size_t)dv);
+  }
+}
+#define FA_KV_BLOCK_GRADS amx_kv_block_grads
+
+/* Pass 3 on tiles: dQ of q block qb of (b, h), stored. */
+static void amx_q_block_grads(const cpu_bwd *c, float *ws, int b, int h,
+                              int qb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  amx_bwd_tiles x;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int bq = t->bq, row0 = qb * bq, hk = h / p->group;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < bq ? sq - row0 : bq, dim = p->a.head_dim;
+  const int64_t shift = fa_diag_shift(p, b, sq, sk);
+  const cpu_lanes ln = {h, 1, row0, nr, shift};
+  int kb0, kb1;
+  fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
+  int ok = amx_bwd_tiles_of(c, ws, &x);
+  // Masked dS = 0 must not meet an inf or NaN in K.
+  for (int kb = kb0; ok && kb < kb1; kb++) {
+    const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    if (tile_cut(p, &ln, sq, sk, col0, nc))
+      ok = !amx_rows_nonfinite(p, &c->args->k, b, hk, col0, nc, dim, 1);
+  }
+  if (!ok) {
+    q_block_grads(c, ws, b, h, qb);
+    return;
+  }
+  const int q = x.q32, d = x.d32;
+  amx_q_side(c, &x, b, h, row0, nr, 0);
+  memset(x.dqt, 0, sizeof(float) * (size_t)d * q);
+  for (int kb = kb0; kb < kb1; kb++) {
+    const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    x.kp = round32(nc);
+    amx_load_rows(x.ka, d, p, &c->args->k, b, hk, col0, nc, x.kp, dim, 1);
+    amx_load_rows(x.va, x.v32, p, &c->args->v, b, hk, col0, nc, x.kp,
+                  p->a.head_dim_v, 1);
+    amx_pair_rows(x.kpr, x.ka, d, x.kp);
+    amx_transpose(x.kta, x.kp / 2, x.kpr, d, x.kp / 2, d);
+    amx_scores_grads(&x);
+    const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
+    amx_grads(&x, nc, nr, p->a.scale, lo, x.hi, 1);
+    amx_gemm(d, q, x.kp / 2, x.kta, x.kp / 2, x.dsa, q, x.dqt, q, 1);
+  }
+  amx_done();
+  const fa_tensor *dq = &c->args->dq;
+  for (int r = 0; r < nr; r++) {
+    for (int n = 0; n < dim; n++) x.row[n] = x.dqt[(size_t)n * q + r];
+    store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h), x.row, dim);
+  }
+}
+#define FA_Q_BLOCK_GRADS amx_q_block_grads
+
+#endif
