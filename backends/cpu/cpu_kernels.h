@@ -83,4 +83,8 @@ const fa_cpu_isa_ops FA_FN(fa_cpu_ops) = {
     .bwd_delta = compute_delta,
     .bwd_kv_item = bwd_kv_item,
     .bwd_q_item = bwd_q_item,
+#ifdef FA_BWD_PACK_PLAN
+    .bwd_pack_plan = FA_BWD_PACK_PLAN,
+    .bwd_pack_item = FA_BWD_PACK_ITEM,
+#endif
 };

@@ -26,63 +26,93 @@
 
 static inline int round32(int x) { return (x + 31) / 32 * 32; }
 
+/* Chunks of a block's score tile (multiples of 32): keys in pass 2, lanes
+   in pass 3 (each the rows or columns its products' C tiles are made of). */
+#ifndef FA_AMX_PANEL
+#define FA_AMX_PANEL 32768
+#endif
+#ifndef FA_AMX_BWD_KEYS
+#define FA_AMX_BWD_KEYS 256
+#endif
+#ifndef FA_AMX_BWD_LANES
+#define FA_AMX_BWD_LANES 256
+#endif
+
 /* C[m][n] (+)= A.B over k2 pairs: A rows of lda words, B pair rows of ldb
    words, C rows of ldc floats; m, n and k2 multiples of 16. acc: C is
    loaded first (else zeroed). 2 x 2 C tiles at a time, each loaded A and
-   B tile feeding two products. */
+   B tile feeding two products; while one block's products run, the next
+   block's B tiles of the same pair step, and its C tiles, are asked into
+   L1 (B is reread from L2 for every row pair, C is 128 KiB at 256 x 128). */
 static void amx_gemm(int m, int n, int k2, const uint32_t *a, size_t lda,
                      const uint32_t *b, size_t ldb, float *c, size_t ldc,
                      int acc) {
   amx_ready();
   const size_t sa = 4 * lda, sb = 4 * ldb, sc = 4 * ldc;
-  for (int i0 = 0; i0 < m; i0 += 32)
-    for (int j0 = 0; j0 < n; j0 += 32) {
-      float *c00 = c + (size_t)i0 * ldc + j0;
-      const uint32_t *a0 = a + (size_t)i0 * lda, *b0 = b + j0;
-      if (i0 + 16 < m && j0 + 16 < n) {
-        if (acc) {
-          _tile_loadd(0, c00, sc);
-          _tile_loadd(1, c00 + 16, sc);
-          _tile_loadd(2, c00 + 16 * ldc, sc);
-          _tile_loadd(3, c00 + 16 * ldc + 16, sc);
-        } else {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        }
-        for (int e = 0; e < k2; e += 16) {
-          _tile_loadd(4, a0 + e, sa);
-          _tile_loadd(5, a0 + 16 * lda + e, sa);
-          _tile_loadd(6, b0 + (size_t)e * ldb, sb);
-          _tile_loadd(7, b0 + (size_t)e * ldb + 16, sb);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, c00, sc);
-        _tile_stored(1, c00 + 16, sc);
-        _tile_stored(2, c00 + 16 * ldc, sc);
-        _tile_stored(3, c00 + 16 * ldc + 16, sc);
-        continue;
-      }
-      // Edges (a last 16 rows or columns): one C tile at a time.
-      for (int i = i0; i < i0 + 32 && i < m; i += 16)
-        for (int j = j0; j < j0 + 32 && j < n; j += 16) {
-          float *ci = c + (size_t)i * ldc + j;
-          if (acc)
-            _tile_loadd(0, ci, sc);
-          else
+  // Panels of A rows that fit FA_AMX_PANEL bytes (L1) are reused for every
+  // strip of B, which then comes from L2 once per panel, not per row pair.
+  int mb = FA_AMX_PANEL / (4 * k2) / 32 * 32;
+  if (mb < 32) mb = 32;
+  for (int i1 = 0; i1 < m; i1 += mb)
+    for (int j0 = 0; j0 < n; j0 += 32)
+      for (int i0 = i1; i0 < i1 + mb && i0 < m; i0 += 32) {
+        float *c00 = c + (size_t)i0 * ldc + j0;
+        const uint32_t *a0 = a + (size_t)i0 * lda, *b0 = b + j0;
+        if (i0 + 16 < m && j0 + 16 < n) {
+          if (acc) {
+            _tile_loadd(0, c00, sc);
+            _tile_loadd(1, c00 + 16, sc);
+            _tile_loadd(2, c00 + 16 * ldc, sc);
+            _tile_loadd(3, c00 + 16 * ldc + 16, sc);
+          } else {
             _tile_zero(0);
-          for (int e = 0; e < k2; e += 16) {
-            _tile_loadd(4, a + (size_t)i * lda + e, sa);
-            _tile_loadd(6, b + (size_t)e * ldb + j, sb);
-            _tile_dpbf16ps(0, 4, 6);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
           }
-          _tile_stored(0, ci, sc);
+          // Ahead: the next strip of B (on the panel's first row pair) and
+          // the next row pair's C.
+          const uint32_t *bn = i0 == i1 ? b0 + 32 : NULL;
+          float *cn = c00 + 32 * ldc;
+          for (int e = 0; e < k2; e += 16) {
+            _tile_loadd(4, a0 + e, sa);
+            _tile_loadd(5, a0 + 16 * lda + e, sa);
+            _tile_loadd(6, b0 + (size_t)e * ldb, sb);
+            _tile_loadd(7, b0 + (size_t)e * ldb + 16, sb);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+            if (bn) {
+              amx_prefetch_tile(bn + (size_t)e * ldb, (int64_t)sb);
+              amx_prefetch_tile(bn + (size_t)e * ldb + 16, (int64_t)sb);
+            }
+            if (acc && e < 64) // the next block's four C tiles, one a step
+              amx_prefetch_tile(cn + (e & 16) + (e & 32 ? 16 * ldc : 0),
+                                (int64_t)sc);
+          }
+          _tile_stored(0, c00, sc);
+          _tile_stored(1, c00 + 16, sc);
+          _tile_stored(2, c00 + 16 * ldc, sc);
+          _tile_stored(3, c00 + 16 * ldc + 16, sc);
+          continue;
         }
-    }
+        // Edges (a last 16 rows or columns): one C tile at a time.
+        for (int i = i0; i < i0 + 32 && i < m; i += 16)
+          for (int j = j0; j < j0 + 32 && j < n; j += 16) {
+            float *ci = c + (size_t)i * ldc + j;
+            if (acc)
+              _tile_loadd(0, ci, sc);
+            else
+              _tile_zero(0);
+            for (int e = 0; e < k2; e += 16) {
+              _tile_loadd(4, a + (size_t)i * lda + e, sa);
+              _tile_loadd(6, b + (size_t)e * ldb + j, sb);
+              _tile_dpbf16ps(0, 4, 6);
+            }
+            _tile_stored(0, ci, sc);
+          }
+      }
 }
 
 /* dst[c][r] = src[r][c] for 32-bit words, r < rows, c < cols (both
@@ -144,62 +174,65 @@ static int amx_rows_nonfinite(const fa_problem *p, const fa_tensor *t, int b,
   return bad != 0;
 }
 
-/* A thread's AMX tiles, after the body's (pitches in words or floats):
-   kp keys, q32 lanes, d32 and v32 dims, each rounded up to 32. */
+/* The block operands the products read, packed once per call (pass 0,
+   into c->pack), and a thread's AMX tiles after the body's. Pitches in
+   words or floats; kp keys, q32 lanes, d32 and v32 dims, each the plan's
+   block or dim rounded up to 32. */
 typedef struct amx_bwd_tiles {
-  int kp, q32, d32, v32;
-  uint16_t *ka, *va, *qr, *dor; // K, V, Q, dO rows as stored, zero padded
-  uint32_t *qtb, *dotb;         // Q^T, dO^T pairs [dim/2][q32]
-  uint32_t *qrb, *dorb;         // Q, dO in pairs of rows [q32/2][dim]
-  uint32_t *pa, *dsa;           // P^T, dS^T [kp][q32/2] (pass 3: dS^T
-                                // in pairs of keys [kp/2][q32], in dsa)
-  uint32_t *kpr, *kta;          // K in pairs of rows, its transpose
-  float *st, *dpt;              // S^T, dP^T [kp][q32]
-  float *dka, *dva, *dqt;       // dK [kp][d32], dV [kp][v32], dQ^T
-  float *lse, *dl, *row;        // per lane; one dQ row
-  int *lo, *hi;                 // each lane's visible keys
+  int kp, q32, d32, v32; // kp: the keys of the block at hand
+  int kfull;             // kp of a whole block (the pack's pitch)
+  // Per q block (b, h, qb), in the pack: Q^T, dO^T pairs [dim/2][q32];
+  // Q, dO in pairs of rows [q32/2][dim].
+  const uint32_t *qtb, *dotb, *qrb, *dorb;
+  // Per kv block (b, hk, kb), in the pack: K, V rows as stored [kp][dim/2];
+  // K^T in pairs of keys [d32][kp/2].
+  const uint32_t *ka, *va, *kta;
+  uint16_t *rows;         // pass 0: rows as stored, zero padded
+  uint32_t *kpr;          // pass 0: K in pairs of rows [kp/2][d32]
+  uint32_t *pa, *dsa;     // P^T, dS^T [kp][q32/2] (pass 3: dS^T
+                          // in pairs of keys [kp/2][q32], in dsa)
+  float *st, *dpt;        // S^T, dP^T [kp][q32]
+  float *dka, *dva, *dqt; // dK [kp][d32], dV [kp][v32], dQ^T [d32][q32]
+  float *lse, *dl, *row;  // per lane; one dQ row
+  int *lo, *hi;           // each lane's visible keys
 } amx_bwd_tiles;
 
-/* The floats of those tiles (at == NULL), or their places from at. */
+static void amx_bwd_dims(const fa_plan_data *plan, amx_bwd_tiles *x) {
+  x->kp = x->kfull = round32(plan->block_k);
+  x->q32 = round32(plan->block_q);
+  x->d32 = round32(plan->head_dim_pad);
+  x->v32 = round32(plan->head_dim_v_pad);
+}
+
+/* The floats of the thread's tiles (at == NULL), or their places from at. */
 static size_t amx_bwd_place(const fa_plan_data *plan, float *at,
                             amx_bwd_tiles *x) {
-  const int kp = round32(plan->block_k), q = round32(plan->block_q),
-            d = round32(plan->head_dim_pad), v = round32(plan->head_dim_v_pad);
+  amx_bwd_tiles dims;
+  amx_bwd_dims(plan, &dims);
+  const size_t kp = dims.kp, q = dims.q32, d = dims.d32, v = dims.v32;
+  const size_t rows = (kp > q ? kp : q) * (d > v ? d : v) / 2;
   size_t n = 0;
 #define FA_AMX_TAKE(field, type, count)                                        \
   do {                                                                         \
     if (at) x->field = (type *)(at + n);                                       \
     n += ((size_t)(count) + 15) / 16 * 16;                                     \
   } while (0)
-  FA_AMX_TAKE(ka, uint16_t, (size_t)kp * d / 2);
-  FA_AMX_TAKE(va, uint16_t, (size_t)kp * v / 2);
-  FA_AMX_TAKE(qr, uint16_t, (size_t)q * d / 2);
-  FA_AMX_TAKE(dor, uint16_t, (size_t)q * v / 2);
-  FA_AMX_TAKE(qtb, uint32_t, (size_t)q * d / 2);
-  FA_AMX_TAKE(dotb, uint32_t, (size_t)q * v / 2);
-  FA_AMX_TAKE(qrb, uint32_t, (size_t)q * d / 2);
-  FA_AMX_TAKE(dorb, uint32_t, (size_t)q * v / 2);
-  FA_AMX_TAKE(pa, uint32_t, (size_t)kp * q / 2);
-  FA_AMX_TAKE(dsa, uint32_t, (size_t)kp * q / 2);
-  FA_AMX_TAKE(kpr, uint32_t, (size_t)kp * d / 2);
-  FA_AMX_TAKE(kta, uint32_t, (size_t)kp * d / 2);
-  FA_AMX_TAKE(st, float, (size_t)kp * q);
-  FA_AMX_TAKE(dpt, float, (size_t)kp * q);
-  FA_AMX_TAKE(dka, float, (size_t)kp * d);
-  FA_AMX_TAKE(dva, float, (size_t)kp * v);
-  FA_AMX_TAKE(dqt, float, (size_t)d * q);
+  FA_AMX_TAKE(rows, uint16_t, rows);
+  FA_AMX_TAKE(kpr, uint32_t, kp * d / 2);
+  FA_AMX_TAKE(pa, uint32_t, kp * q / 2);
+  FA_AMX_TAKE(dsa, uint32_t, kp * q / 2);
+  FA_AMX_TAKE(st, float, kp *q);
+  FA_AMX_TAKE(dpt, float, kp *q);
+  FA_AMX_TAKE(dka, float, kp *d);
+  FA_AMX_TAKE(dva, float, kp *v);
+  FA_AMX_TAKE(dqt, float, d *q);
   FA_AMX_TAKE(lse, float, q);
   FA_AMX_TAKE(dl, float, q);
   FA_AMX_TAKE(row, float, d);
   FA_AMX_TAKE(lo, int, q);
   FA_AMX_TAKE(hi, int, q);
 #undef FA_AMX_TAKE
-  if (at) {
-    x->kp = kp;
-    x->q32 = q;
-    x->d32 = d;
-    x->v32 = v;
-  }
+  if (at) amx_bwd_dims(plan, x);
   return n;
 }
 
@@ -210,49 +243,130 @@ static cpu_tiles amx_tiles_layout(const fa_plan_data *plan, int bwd) {
 }
 #define FA_TILES_LAYOUT amx_tiles_layout
 
-/* The AMX tiles of the thread whose body tiles are ws; 0 when the problem
-   is one the blocks leave to the body. */
-static int amx_bwd_tiles_of(const cpu_bwd *c, float *ws, amx_bwd_tiles *x) {
+/* Words of one q block's and one kv block's packed operands. */
+static size_t amx_qblock_words(const amx_bwd_tiles *x) {
+  return (size_t)x->q32 * (x->d32 + x->v32);
+}
+static size_t amx_kblock_words(const amx_bwd_tiles *x) {
+  return (size_t)x->kfull * (x->d32 + x->v32 / 2);
+}
+
+/* The pack: every q block of every (batch, q head), then every kv block of
+   every (batch, kv head). At most this many floats (about 3x the bf16
+   inputs); larger problems run the body's blocks. */
+#define FA_AMX_PACK_MAX ((size_t)1 << 28)
+
+static size_t amx_bwd_pack_plan(const cpu_bwd *c, int64_t *items) {
   const fa_problem *p = c->p;
+  *items = 0;
   if (p->a.softcap > 0.0f || p->a.alibi_slopes ||
       c->args->d_o.dtype != FA_BF16 || c->args->q.dtype != FA_BF16 ||
       c->args->k.dtype != FA_BF16 || c->args->v.dtype != FA_BF16)
     return 0;
+  amx_bwd_tiles x;
+  amx_bwd_dims(c->plan, &x);
+  const int64_t nq = (int64_t)p->a.batch * p->a.heads_q * c->plan->num_q_blocks,
+                nk =
+                    (int64_t)p->a.batch * p->a.heads_kv * c->plan->num_k_blocks;
+  const size_t n = ((size_t)nq * amx_qblock_words(&x) +
+                    (size_t)nk * amx_kblock_words(&x) + 15) /
+                   16 * 16;
+  if (n > FA_AMX_PACK_MAX) return 0;
+  *items = nq + nk;
+  return n;
+}
+#define FA_BWD_PACK_PLAN amx_bwd_pack_plan
+
+/* Point x at the packed operands of q block (b, h, qb) / kv block
+   (b, hk, kb). */
+static void amx_qpack(const cpu_bwd *c, amx_bwd_tiles *x, int b, int h,
+                      int qb) {
+  const size_t i =
+      ((size_t)b * c->p->a.heads_q + h) * c->plan->num_q_blocks + qb;
+  const uint32_t *at = (const uint32_t *)c->pack + i * amx_qblock_words(x);
+  const size_t hd = (size_t)x->q32 * x->d32 / 2,
+               hv = (size_t)x->q32 * x->v32 / 2;
+  x->qtb = at;
+  x->dotb = at + hd;
+  x->qrb = at + hd + hv;
+  x->dorb = at + 2 * hd + hv;
+}
+static void amx_kpack(const cpu_bwd *c, amx_bwd_tiles *x, int b, int hk,
+                      int kb) {
+  const fa_problem *p = c->p;
+  const size_t nq = (size_t)p->a.batch * p->a.heads_q * c->plan->num_q_blocks;
+  const size_t i =
+      ((size_t)b * p->a.heads_kv + hk) * c->plan->num_k_blocks + kb;
+  const uint32_t *at = (const uint32_t *)c->pack + nq * amx_qblock_words(x) +
+                       i * amx_kblock_words(x);
+  x->ka = at;
+  x->va = at + (size_t)x->kfull * x->d32 / 2;
+  x->kta = x->va + (size_t)x->kfull * x->v32 / 2;
+}
+
+/* Pass 0 item i: pack one q block or one kv block. */
+static void amx_bwd_pack_item(const cpu_bwd *c, float *ws, int64_t i) {
+  const fa_problem *p = c->p;
+  amx_bwd_tiles x;
+  amx_bwd_place(c->plan, ws + (c->t.total - amx_bwd_place(c->plan, NULL, NULL)),
+                &x);
+  const int64_t nq = (int64_t)p->a.batch * p->a.heads_q * c->plan->num_q_blocks;
+  const int q = x.q32, d = x.d32, v = x.v32;
+  if (i < nq) {
+    const int nqb = c->plan->num_q_blocks, qb = (int)(i % nqb),
+              h = (int)(i / nqb % p->a.heads_q),
+              b = (int)(i / nqb / p->a.heads_q);
+    const int sq = fa_seq_len_q(p, b), row0 = qb * c->t.bq;
+    if (row0 >= sq) return;
+    const int nr = sq - row0 < c->t.bq ? sq - row0 : c->t.bq;
+    amx_qpack(c, &x, b, h, qb);
+    amx_load_rows(x.rows, d, p, &c->args->q, b, h, row0, nr, q, p->a.head_dim,
+                  0);
+    amx_transpose((uint32_t *)x.qtb, q, (const uint32_t *)x.rows, d / 2, q,
+                  d / 2);
+    amx_pair_rows((uint32_t *)x.qrb, x.rows, d, q);
+    amx_load_rows(x.rows, v, p, &c->args->d_o, b, h, row0, nr, q,
+                  p->a.head_dim_v, 0);
+    amx_transpose((uint32_t *)x.dotb, q, (const uint32_t *)x.rows, v / 2, q,
+                  v / 2);
+    amx_pair_rows((uint32_t *)x.dorb, x.rows, v, q);
+    return;
+  }
+  i -= nq;
+  const int nkb = c->plan->num_k_blocks, kb = (int)(i % nkb),
+            hk = (int)(i / nkb % p->a.heads_kv),
+            b = (int)(i / nkb / p->a.heads_kv);
+  const int sk = fa_seq_len_k(p, b), col0 = kb * c->t.bk;
+  if (col0 >= sk) return;
+  const int nc = sk - col0 < c->t.bk ? sk - col0 : c->t.bk;
+  amx_kpack(c, &x, b, hk, kb);
+  amx_load_rows((uint16_t *)x.ka, d, p, &c->args->k, b, hk, col0, nc, x.kp,
+                p->a.head_dim, 1);
+  amx_load_rows((uint16_t *)x.va, v, p, &c->args->v, b, hk, col0, nc, x.kp,
+                p->a.head_dim_v, 1);
+  amx_pair_rows(x.kpr, (const uint16_t *)x.ka, d, x.kp);
+  amx_transpose((uint32_t *)x.kta, x.kfull / 2, x.kpr, d, x.kp / 2, d);
+}
+#define FA_BWD_PACK_ITEM amx_bwd_pack_item
+
+/* The AMX tiles of the thread whose body tiles are ws; 0 when the call
+   has no pack (the blocks are the body's). */
+static int amx_bwd_tiles_of(const cpu_bwd *c, float *ws, amx_bwd_tiles *x) {
+  if (!c->pack) return 0;
   amx_bwd_place(c->plan, ws + (c->t.total - amx_bwd_place(c->plan, NULL, NULL)),
                 x);
   return 1;
 }
 
-/* The Q side of (b, h, rows row0 .. row0 + nr): Q^T and dO^T pairs, with
-   pairs of rows when rows (pass 2), and lse and D per lane (0 past nr). */
-static void amx_q_side(const cpu_bwd *c, const amx_bwd_tiles *x, int b, int h,
-                       int row0, int nr, int rows) {
+/* lse and D of (b, h, rows row0 .. row0 + nr) per lane (0 past nr). */
+static void amx_lse_d(const cpu_bwd *c, const amx_bwd_tiles *x, int b, int h,
+                      int row0, int nr) {
   const fa_problem *p = c->p;
-  const int q = x->q32, d = x->d32, v = x->v32;
-  amx_load_rows(x->qr, d, p, &c->args->q, b, h, row0, nr, q, p->a.head_dim,
-                0);
-  amx_load_rows(x->dor, v, p, &c->args->d_o, b, h, row0, nr, q,
-                p->a.head_dim_v, 0);
-  amx_transpose(x->qtb, q, (const uint32_t *)x->qr, d / 2, q, d / 2);
-  amx_transpose(x->dotb, q, (const uint32_t *)x->dor, v / 2, q, v / 2);
-  if (rows) {
-    amx_pair_rows(x->qrb, x->qr, d, q);
-    amx_pair_rows(x->dorb, x->dor, v, q);
-  }
-  for (int r = 0; r < q; r++) {
+  for (int r = 0; r < x->q32; r++) {
     const float l = r < nr ? c->args->lse[row_index(p, b, h, row0 + r)] : 0.0f;
     x->lse[r] = l == -INFINITY ? 0.0f : l; // such rows see no key: P = 0
     x->dl[r] = r < nr ? c->delta[row_index(p, b, h, row0 + r)] : 0.0f;
   }
-}
-
-/* S^T = K.Q^T and dP^T = V.dO^T of the packed sides (kp keys). */
-static void amx_scores_grads(const amx_bwd_tiles *x) {
-  const int q = x->q32, d = x->d32, v = x->v32;
-  amx_gemm(x->kp, q, d / 2, (const uint32_t *)x->ka, d / 2, x->qtb, q, x->st,
-           q, 0);
-  amx_gemm(x->kp, q, v / 2, (const uint32_t *)x->va, v / 2, x->dotb, q, x->dpt,
-           q, 0);
 }
 
 /* The visible lanes r0 .. r0 + 15 of key j: lanes below nr, and with lo
@@ -271,35 +385,54 @@ static inline __mmask16 amx_lanes(int j, int r0, int nr, const int *lo,
   return k;
 }
 
-/* P and dS of the block from S^T and dP^T, keys j < nc and lanes r < nr
-   (lo: each lane's visible keys; elsewhere both are exactly 0):
-   P = exp(min(scale s - lse, 0)) (clamped as in tile_grad),
+/* One chunk of a block's score tile on its way through the products:
+   keys [j0, j0 + nk) (rows of S^T) by lanes [r0, r0 + nl), held in x->st
+   and x->dpt at pitch nl, P and dS made into x->pa and x->dsa. */
+typedef struct amx_chunk {
+  int j0, nk, r0, nl;
+} amx_chunk;
+
+/* S^T = K.Q^T and dP^T = V.dO^T of the chunk, from the packed blocks. */
+static void amx_chunk_scores(const amx_bwd_tiles *x, const amx_chunk *ch) {
+  const int q = x->q32, d = x->d32, v = x->v32;
+  amx_gemm(ch->nk, ch->nl, d / 2, x->ka + (size_t)ch->j0 * d / 2, d / 2,
+           x->qtb + ch->r0, q, x->st, ch->nl, 0);
+  amx_gemm(ch->nk, ch->nl, v / 2, x->va + (size_t)ch->j0 * v / 2, v / 2,
+           x->dotb + ch->r0, q, x->dpt, ch->nl, 0);
+}
+
+/* P and dS of the chunk from S^T and dP^T, keys j < nc and lanes r < nr
+   of the block (lo: each lane's visible keys; elsewhere both are exactly
+   0): P = exp(min(scale s - lse, 0)) (clamped as in tile_grad),
    dS = P (dP - D) scale. by_keys 0: P^T and dS^T as bf16 rows, pairs of
-   lanes (pa, dsa); 1: dS^T alone in pairs of keys (dsa, [kp/2][q32]). */
-static void amx_grads(const amx_bwd_tiles *x, int nc, int nr, float scale,
-                      const int *lo, const int *hi, int by_keys) {
-  const int q = x->q32;
+   lanes (pa, dsa: [nk][nl/2]); 1: dS^T alone in pairs of keys (dsa,
+   [nk/2][nl]). */
+static void amx_grads(const amx_bwd_tiles *x, const amx_chunk *ch, int nc,
+                      int nr, float scale, const int *lo, const int *hi,
+                      int by_keys) {
+  const int nl = ch->nl;
   const __m512 k = _mm512_set1_ps(scale * 1.44269504088896341f),
                vs = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
   // Word lane i of a pair vector: low half key 2e, high half key 2e+1.
   const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11,
                                          26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                          5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int r0 = 0; r0 < q; r0 += 32) {
+  for (int c0 = 0; c0 < nl; c0 += 32) {
+    const int r0 = ch->r0 + c0; // the block's lane
     __m512 ll[2], dd[2];
     for (int u = 0; u < 2; u++) {
       ll[u] = _mm512_mul_ps(_mm512_loadu_ps(x->lse + r0 + 16 * u),
                             _mm512_set1_ps(1.44269504088896341f));
       dd[u] = _mm512_loadu_ps(x->dl + r0 + 16 * u);
     }
-    for (int j = 0; j < x->kp; j += 2) {
+    for (int j = 0; j < ch->nk; j += 2) {
       __m512 pv[2][2], dv[2][2]; // [key j + w][lanes half u]
       for (int w = 0; w < 2; w++)
         for (int u = 0; u < 2; u++) {
-          const int jj = j + w, r = r0 + 16 * u;
+          const int jj = ch->j0 + j + w, r = r0 + 16 * u;
           const __mmask16 keep =
               jj < nc ? amx_lanes(jj, r, nr, lo, hi) : (__mmask16)0;
-          const size_t at = (size_t)jj * q + r;
+          const size_t at = (size_t)(j + w) * nl + c0 + 16 * u;
           const __m512 t = _mm512_min_ps(
               zero, _mm512_fmsub_ps(_mm512_loadu_ps(x->st + at), k, ll[u]));
           pv[w][u] = amx_exp2(t, keep);
@@ -312,13 +445,13 @@ static void amx_grads(const amx_bwd_tiles *x, int nc, int nr, float scale,
       if (by_keys) {
         for (int u = 0; u < 2; u++)
           _mm512_storeu_si512(
-              x->dsa + (size_t)j / 2 * q + r0 + 16 * u,
+              x->dsa + (size_t)j / 2 * nl + c0 + 16 * u,
               _mm512_permutexvar_epi16(
                   inter, (__m512i)_mm512_cvtne2ps_pbh(dv[1][u], dv[0][u])));
         continue;
       }
       for (int w = 0; w < 2; w++) {
-        const size_t at = (size_t)(j + w) * (q / 2) + r0 / 2;
+        const size_t at = (size_t)(j + w) * (nl / 2) + c0 / 2;
         _mm512_storeu_si512(x->pa + at,
                             (__m512i)_mm512_cvtne2ps_pbh(pv[w][1], pv[w][0]));
         _mm512_storeu_si512(x->dsa + at,
@@ -367,9 +500,8 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
     kv_block_grads(c, ws, b, hk, kb);
     return;
   }
+  amx_kpack(c, &x, b, hk, kb);
   x.kp = round32(nc);
-  amx_load_rows(x.ka, x.d32, p, &c->args->k, b, hk, col0, nc, x.kp, dim, 1);
-  amx_load_rows(x.va, x.v32, p, &c->args->v, b, hk, col0, nc, x.kp, dv, 1);
   memset(x.dka, 0, sizeof(float) * (size_t)x.kp * x.d32);
   memset(x.dva, 0, sizeof(float) * (size_t)x.kp * x.v32);
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
@@ -379,15 +511,23 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
       if (kb < kb0 || kb >= kb1) continue;
       const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
       const cpu_lanes ln = {h, 1, row0, nr, shift};
-      amx_q_side(c, &x, b, h, row0, nr, 1);
-      amx_scores_grads(&x);
+      amx_qpack(c, &x, b, h, qb);
+      amx_lse_d(c, &x, b, h, row0, nr);
       const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
-      amx_grads(&x, nc, nr, p->a.scale, lo, x.hi, 0);
       const int q = x.q32;
-      amx_gemm(x.kp, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32, x.dva, x.v32,
-               1);
-      amx_gemm(x.kp, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32, x.dka, x.d32,
-               1);
+      // Keys FA_AMX_BWD_KEYS at a time through all four products, their
+      // S^T, dP^T, P^T and dS^T in L1 between them.
+      for (int j0 = 0; j0 < x.kp; j0 += FA_AMX_BWD_KEYS) {
+        const amx_chunk ch = {
+            j0, x.kp - j0 < FA_AMX_BWD_KEYS ? x.kp - j0 : FA_AMX_BWD_KEYS, 0,
+            q};
+        amx_chunk_scores(&x, &ch);
+        amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 0);
+        amx_gemm(ch.nk, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32,
+                 x.dva + (size_t)j0 * x.v32, x.v32, 1);
+        amx_gemm(ch.nk, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32,
+                 x.dka + (size_t)j0 * x.d32, x.d32, 1);
+      }
     }
   amx_done();
   for (int j = 0; j < nc; j++) {
@@ -425,20 +565,23 @@ static void amx_q_block_grads(const cpu_bwd *c, float *ws, int b, int h,
     return;
   }
   const int q = x.q32, d = x.d32;
-  amx_q_side(c, &x, b, h, row0, nr, 0);
+  amx_qpack(c, &x, b, h, qb);
+  amx_lse_d(c, &x, b, h, row0, nr);
   memset(x.dqt, 0, sizeof(float) * (size_t)d * q);
   for (int kb = kb0; kb < kb1; kb++) {
     const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
+    amx_kpack(c, &x, b, hk, kb);
     x.kp = round32(nc);
-    amx_load_rows(x.ka, d, p, &c->args->k, b, hk, col0, nc, x.kp, dim, 1);
-    amx_load_rows(x.va, x.v32, p, &c->args->v, b, hk, col0, nc, x.kp,
-                  p->a.head_dim_v, 1);
-    amx_pair_rows(x.kpr, x.ka, d, x.kp);
-    amx_transpose(x.kta, x.kp / 2, x.kpr, d, x.kp / 2, d);
-    amx_scores_grads(&x);
     const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
-    amx_grads(&x, nc, nr, p->a.scale, lo, x.hi, 1);
-    amx_gemm(d, q, x.kp / 2, x.kta, x.kp / 2, x.dsa, q, x.dqt, q, 1);
+    // Lanes FA_AMX_BWD_LANES at a time through the three products.
+    for (int r0 = 0; r0 < q; r0 += FA_AMX_BWD_LANES) {
+      const amx_chunk ch = {
+          0, x.kp, r0, q - r0 < FA_AMX_BWD_LANES ? q - r0 : FA_AMX_BWD_LANES};
+      amx_chunk_scores(&x, &ch);
+      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 1);
+      amx_gemm(d, ch.nl, x.kp / 2, x.kta, x.kfull / 2, x.dsa, ch.nl, x.dqt + r0,
+               q, 1);
+    }
   }
   amx_done();
   const fa_tensor *dq = &c->args->dq;

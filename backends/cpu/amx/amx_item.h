@@ -68,15 +68,6 @@ static void amx_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
 #define FA_AMX_CHUNK 64
 #endif
 
-/* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
-   one step later: the products stream K^T and V from L2 (a block's K^T
-   is 64 KiB at d = 128), and a tile load that waits on L2 stalls the
-   products that follow it. Prefetches past the pack are harmless. */
-static inline void amx_prefetch_tile(const void *x, int64_t stride) {
-  const char *c = x;
-  for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
-}
-
 /* S[r][c] = Q2[r].K^T[c] for rows [0, nrow) and keys [0, nc16) (both
    multiples of 16): Q2 rows of ldq pairs, kt the block's K^T tiles (group
    g at kt + 16 g ldk2), S rows of lds floats. Keys outer: a pair of K^T

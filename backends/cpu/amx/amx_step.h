@@ -56,6 +56,16 @@ static inline void amx_done(void) {
 }
 #define FA_TILE_STEP_END() amx_done()
 
+/* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
+   one step later: the products stream their B tiles (and C, when they
+   accumulate) from L2 (a forward block's K^T is 64 KiB at d = 128), and a
+   tile load that waits on L2 stalls the products that follow it.
+   Prefetches past the operands are harmless. */
+static inline void amx_prefetch_tile(const void *x, int64_t stride) {
+  const char *c = x;
+  for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
+}
+
 static inline int round16(int x) { return (x + 15) / 16 * 16; }
 
 /* c[i][j * 16 .. +16] *= vs for rows i < rows (pitch ld), nv vectors. */
