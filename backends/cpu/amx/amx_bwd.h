@@ -28,92 +28,12 @@ static inline int round32(int x) { return (x + 31) / 32 * 32; }
 
 /* Chunks of a block's score tile (multiples of 32): keys in pass 2, lanes
    in pass 3 (each the rows or columns its products' C tiles are made of). */
-#ifndef FA_AMX_PANEL
-#define FA_AMX_PANEL 32768
-#endif
 #ifndef FA_AMX_BWD_KEYS
 #define FA_AMX_BWD_KEYS 256
 #endif
 #ifndef FA_AMX_BWD_LANES
 #define FA_AMX_BWD_LANES 256
 #endif
-
-/* C[m][n] (+)= A.B over k2 pairs: A rows of lda words, B pair rows of ldb
-   words, C rows of ldc floats; m, n and k2 multiples of 16. acc: C is
-   loaded first (else zeroed). 2 x 2 C tiles at a time, each loaded A and
-   B tile feeding two products; while one block's products run, the next
-   block's B tiles of the same pair step, and its C tiles, are asked into
-   L1 (B is reread from L2 for every row pair, C is 128 KiB at 256 x 128). */
-static void amx_gemm(int m, int n, int k2, const uint32_t *a, size_t lda,
-                     const uint32_t *b, size_t ldb, float *c, size_t ldc,
-                     int acc) {
-  amx_ready();
-  const size_t sa = 4 * lda, sb = 4 * ldb, sc = 4 * ldc;
-  // Panels of A rows that fit FA_AMX_PANEL bytes (L1) are reused for every
-  // strip of B, which then comes from L2 once per panel, not per row pair.
-  int mb = FA_AMX_PANEL / (4 * k2) / 32 * 32;
-  if (mb < 32) mb = 32;
-  for (int i1 = 0; i1 < m; i1 += mb)
-    for (int j0 = 0; j0 < n; j0 += 32)
-      for (int i0 = i1; i0 < i1 + mb && i0 < m; i0 += 32) {
-        float *c00 = c + (size_t)i0 * ldc + j0;
-        const uint32_t *a0 = a + (size_t)i0 * lda, *b0 = b + j0;
-        if (i0 + 16 < m && j0 + 16 < n) {
-          if (acc) {
-            _tile_loadd(0, c00, sc);
-            _tile_loadd(1, c00 + 16, sc);
-            _tile_loadd(2, c00 + 16 * ldc, sc);
-            _tile_loadd(3, c00 + 16 * ldc + 16, sc);
-          } else {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-          }
-          // Ahead: the next strip of B (on the panel's first row pair) and
-          // the next row pair's C.
-          const uint32_t *bn = i0 == i1 ? b0 + 32 : NULL;
-          float *cn = c00 + 32 * ldc;
-          for (int e = 0; e < k2; e += 16) {
-            _tile_loadd(4, a0 + e, sa);
-            _tile_loadd(5, a0 + 16 * lda + e, sa);
-            _tile_loadd(6, b0 + (size_t)e * ldb, sb);
-            _tile_loadd(7, b0 + (size_t)e * ldb + 16, sb);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-            if (bn) {
-              amx_prefetch_tile(bn + (size_t)e * ldb, (int64_t)sb);
-              amx_prefetch_tile(bn + (size_t)e * ldb + 16, (int64_t)sb);
-            }
-            if (acc && e < 64) // the next block's four C tiles, one a step
-              amx_prefetch_tile(cn + (e & 16) + (e & 32 ? 16 * ldc : 0),
-                                (int64_t)sc);
-          }
-          _tile_stored(0, c00, sc);
-          _tile_stored(1, c00 + 16, sc);
-          _tile_stored(2, c00 + 16 * ldc, sc);
-          _tile_stored(3, c00 + 16 * ldc + 16, sc);
-          continue;
-        }
-        // Edges (a last 16 rows or columns): one C tile at a time.
-        for (int i = i0; i < i0 + 32 && i < m; i += 16)
-          for (int j = j0; j < j0 + 32 && j < n; j += 16) {
-            float *ci = c + (size_t)i * ldc + j;
-            if (acc)
-              _tile_loadd(0, ci, sc);
-            else
-              _tile_zero(0);
-            for (int e = 0; e < k2; e += 16) {
-              _tile_loadd(4, a + (size_t)i * lda + e, sa);
-              _tile_loadd(6, b + (size_t)e * ldb + j, sb);
-              _tile_dpbf16ps(0, 4, 6);
-            }
-            _tile_stored(0, ci, sc);
-          }
-      }
-}
 
 /* dst[c][r] = src[r][c] for 32-bit words, r < rows, c < cols (both
    multiples of 16), by 16 x 16 blocks. */
