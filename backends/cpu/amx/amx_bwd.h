@@ -84,12 +84,17 @@ static void amx_pair_rows(uint32_t *out, const uint16_t *rows, int ld,
 static int amx_rows_nonfinite(const fa_problem *p, const fa_tensor *t, int b,
                               int h, int row0, int n, int dim, int key) {
   const uint16_t *src = (const uint16_t *)t->data;
-  uint32_t bad = 0;
+  const __m512i ex = _mm512_set1_epi16(0x7f80);
+  __mmask32 bad = 0;
   for (int r = 0; r < n; r++) {
     const int64_t at = key ? fa_k_offset(p, t, b, row0 + r, h)
                            : fa_q_offset(p, t, b, row0 + r, h);
-    for (int d = 0; d < dim; d++)
-      bad |= (uint32_t)((src[at + d] & 0x7f80u) == 0x7f80u);
+    for (int d = 0; d < dim; d += 32) {
+      const __mmask32 in =
+          dim - d >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (dim - d)) - 1u;
+      const __m512i x = _mm512_maskz_loadu_epi16(in, src + at + d);
+      bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, ex), ex);
+    }
   }
   return bad != 0;
 }
