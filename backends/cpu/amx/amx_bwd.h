@@ -2,7 +2,7 @@
 // The backward's blocks on AMX tiles (passes 2 and 3 of cpu_backward.h),
 // included there through FA_TILE_BWD_HEADER. Each block keeps its score
 // tile with keys as rows, S^T [keys][lanes], so that every product reads
-// bf16 rows as stored or packs them once per block:
+// bf16 rows as stored or packed once per call:
 //   S^T = K.Q^T      A = K rows (pairs along d), B = Q^T pairs [d/2][lanes]
 //   dP^T = V.dO^T    A = V rows, B = dO^T pairs [dv/2][lanes]
 //   P, dS in AVX-512 on S^T and dP^T (lse and D along the lanes), rounded
@@ -12,8 +12,8 @@
 //   dK += dS^T.Q     A = dS^T rows, B = Q in pairs of rows
 //   dQ^T += K^T.dS^T (pass 3) A = K^T in pairs of keys [d][keys/2], B =
 //                    dS^T in pairs of keys [keys/2][lanes]
-// Pass 2 packs K and V once per kv block and Q, dO once per (q block, kv
-// block); pass 3 packs Q and dO once per q block and K, V once per pair.
+// Every operand is packed once per call (pass 0: each q block's and each
+// kv block's tiles), so the passes only multiply and exponentiate.
 // Every dimension is padded with zeros to whole tiles (32 keys, lanes and
 // d), and P and dS are exactly 0 outside the visible pairs, so a padded or
 // masked product adds 0. The blocks they leave (softcap, ALiBi, dO not
@@ -27,7 +27,9 @@
 static inline int round32(int x) { return (x + 31) / 32 * 32; }
 
 /* Chunks of a block's score tile (multiples of 32): keys in pass 2, lanes
-   in pass 3 (each the rows or columns its products' C tiles are made of). */
+   in pass 3 (the rows or columns its products' C tiles are made of).
+   Whole blocks: chunks of 32 or 64, whose S^T, dP^T, P and dS would stay
+   in L1 between the products, measured no faster (bench/NOTES.md). */
 #ifndef FA_AMX_BWD_KEYS
 #define FA_AMX_BWD_KEYS 256
 #endif
@@ -397,6 +399,26 @@ static const int *amx_cut_keys(const cpu_bwd *c, const amx_bwd_tiles *x,
   return x->lo;
 }
 
+/* The next (q head of kv head hk's group, q block) whose rows see kv block
+   kb of sequence b, after (*h, *qb) (start: the group's first head, qb
+   -1); 0 past the last. */
+static int amx_next_visit(const cpu_bwd *c, int b, int hk, int kb, int *h,
+                          int *qb) {
+  const fa_problem *p = c->p;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  const int nqb = (sq + c->t.bq - 1) / c->t.bq;
+  for (;;) {
+    if (++*qb >= nqb) {
+      *qb = 0;
+      if (++*h >= (hk + 1) * p->group) return 0;
+    }
+    int kb0, kb1;
+    fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, *qb,
+                      &kb0, &kb1);
+    if (kb >= kb0 && kb < kb1) return 1;
+  }
+}
+
 /* Pass 2 on tiles: dK, dV of kv block kb of (b, hk) into the body's acc
    and accv tiles (store_kv_block and add_kv_block read them there). */
 static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
@@ -407,20 +429,17 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
   const int64_t shift = fa_diag_shift(p, b, sq, sk);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-  const int bq = t->bq, nqb = (sq + bq - 1) / bq, dim = p->a.head_dim,
-            dv = p->a.head_dim_v;
+  const int bq = t->bq, dim = p->a.head_dim, dv = p->a.head_dim_v;
   int ok = amx_bwd_tiles_of(c, ws, &x);
   // Masked dS = 0 and P = 0 must not meet an inf or NaN in Q or dO.
-  for (int h = hk * p->group; ok && h < (hk + 1) * p->group; h++)
-    for (int qb = 0; ok && qb < nqb; qb++) {
-      int kb0, kb1;
-      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
-      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
-      const cpu_lanes ln = {h, 1, row0, nr, shift};
-      if (kb >= kb0 && kb < kb1 && tile_cut(p, &ln, sq, sk, col0, nc))
-        ok = !amx_rows_nonfinite(p, &c->args->q, b, h, row0, nr, dim, 0) &&
-             !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
-    }
+  for (int h = hk * p->group, qb = -1;
+       ok && amx_next_visit(c, b, hk, kb, &h, &qb);) {
+    const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+    const cpu_lanes ln = {h, 1, row0, nr, shift};
+    if (tile_cut(p, &ln, sq, sk, col0, nc))
+      ok = !amx_rows_nonfinite(p, &c->args->q, b, h, row0, nr, dim, 0) &&
+           !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
+  }
   if (!ok) {
     kv_block_grads(c, ws, b, hk, kb);
     return;
@@ -429,31 +448,25 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
   x.kp = round32(nc);
   memset(x.dka, 0, sizeof(float) * (size_t)x.kp * x.d32);
   memset(x.dva, 0, sizeof(float) * (size_t)x.kp * x.v32);
-  for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
-    for (int qb = 0; qb < nqb; qb++) {
-      int kb0, kb1;
-      fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
-      if (kb < kb0 || kb >= kb1) continue;
-      const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
-      const cpu_lanes ln = {h, 1, row0, nr, shift};
-      amx_qpack(c, &x, b, h, qb);
-      amx_lse_d(c, &x, b, h, row0, nr);
-      const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
-      const int q = x.q32;
-      // Keys FA_AMX_BWD_KEYS at a time through all four products, their
-      // S^T, dP^T, P^T and dS^T in L1 between them.
-      for (int j0 = 0; j0 < x.kp; j0 += FA_AMX_BWD_KEYS) {
-        const amx_chunk ch = {
-            j0, x.kp - j0 < FA_AMX_BWD_KEYS ? x.kp - j0 : FA_AMX_BWD_KEYS, 0,
-            q};
-        amx_chunk_scores(&x, &ch);
-        amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 0);
-        amx_gemm(ch.nk, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32,
-                 x.dva + (size_t)j0 * x.v32, x.v32, 1);
-        amx_gemm(ch.nk, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32,
-                 x.dka + (size_t)j0 * x.d32, x.d32, 1);
-      }
+  for (int h = hk * p->group, qb = -1; amx_next_visit(c, b, hk, kb, &h, &qb);) {
+    const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
+    const cpu_lanes ln = {h, 1, row0, nr, shift};
+    amx_qpack(c, &x, b, h, qb);
+    amx_lse_d(c, &x, b, h, row0, nr);
+    const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
+    const int q = x.q32;
+    // Keys FA_AMX_BWD_KEYS at a time through all four products.
+    for (int j0 = 0; j0 < x.kp; j0 += FA_AMX_BWD_KEYS) {
+      const amx_chunk ch = {
+          j0, x.kp - j0 < FA_AMX_BWD_KEYS ? x.kp - j0 : FA_AMX_BWD_KEYS, 0, q};
+      amx_chunk_scores(&x, &ch);
+      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 0);
+      amx_gemm(ch.nk, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32,
+               x.dva + (size_t)j0 * x.v32, x.v32, 1);
+      amx_gemm(ch.nk, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32,
+               x.dka + (size_t)j0 * x.d32, x.d32, 1);
     }
+  }
   amx_done();
   for (int j = 0; j < nc; j++) {
     memcpy(ws + t->acc + (size_t)j * t->ld, x.dka + (size_t)j * x.d32,
