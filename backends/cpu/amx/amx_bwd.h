@@ -247,16 +247,16 @@ static void amx_bwd_pack_item(const cpu_bwd *c, float *ws, int64_t i) {
     if (row0 >= sq) return;
     const int nr = sq - row0 < c->t.bq ? sq - row0 : c->t.bq;
     amx_qpack(c, &x, b, h, qb);
-    amx_load_rows(x.rows, d, p, &c->args->q, b, h, row0, nr, q, p->a.head_dim,
-                  0);
-    amx_transpose((uint32_t *)x.qtb, q, (const uint32_t *)x.rows, d / 2, q,
-                  d / 2);
-    amx_pair_rows((uint32_t *)x.qrb, x.rows, d, q);
-    amx_load_rows(x.rows, v, p, &c->args->d_o, b, h, row0, nr, q,
-                  p->a.head_dim_v, 0);
-    amx_transpose((uint32_t *)x.dotb, q, (const uint32_t *)x.rows, v / 2, q,
-                  v / 2);
-    amx_pair_rows((uint32_t *)x.dorb, x.rows, v, q);
+    const fa_tensor *src[2] = {&c->args->q, &c->args->d_o};
+    const int ld[2] = {d, v}, dims[2] = {p->a.head_dim, p->a.head_dim_v};
+    uint32_t *tr[2] = {(uint32_t *)x.qtb, (uint32_t *)x.dotb},
+             *pr[2] = {(uint32_t *)x.qrb, (uint32_t *)x.dorb};
+    for (int k = 0; k < 2; k++) { // Q, then dO
+      amx_load_rows(x.rows, ld[k], p, src[k], b, h, row0, nr, q, dims[k], 0);
+      amx_transpose(tr[k], q, (const uint32_t *)x.rows, ld[k] / 2, q,
+                    ld[k] / 2);
+      amx_pair_rows(pr[k], x.rows, ld[k], q);
+    }
     return;
   }
   i -= nq;
