@@ -325,6 +325,20 @@ static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
                acc + (size_t)r * t->ld, dim);
 }
 
+/* An ISA may run the blocks of passes 2 and 3 on tiles of its own: its
+   header (FA_TILE_BWD_HEADER) defines FA_KV_BLOCK_GRADS and
+   FA_Q_BLOCK_GRADS, each falling back to the functions above for the
+   blocks it leaves. */
+#ifdef FA_TILE_BWD_HEADER
+#include FA_TILE_BWD_HEADER
+#endif
+#ifndef FA_KV_BLOCK_GRADS
+#define FA_KV_BLOCK_GRADS kv_block_grads
+#endif
+#ifndef FA_Q_BLOCK_GRADS
+#define FA_Q_BLOCK_GRADS q_block_grads
+#endif
+
 /* Pass 2 item i: dK/dV of one (batch, kv head, kv block), or when paged of
    one kv head over every sequence, summed in pacc (the thread's page
    accumulator). */
@@ -336,7 +350,7 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
     memset(pacc, 0, sizeof(float) * c->page_floats);
     for (int b = 0; b < p->a.batch; b++)
       for (int kb = 0; kb * c->t.bk < fa_seq_len_k(p, b); kb++) {
-        kv_block_grads(c, ws, b, hk, kb);
+        FA_KV_BLOCK_GRADS(c, ws, b, hk, kb);
         add_kv_block(c, ws, pacc, b, kb);
       }
     store_pages(c, pacc, hk);
@@ -351,7 +365,7 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
     zero_kv_rows(c, b, hk, sk, rows);
   }
   if (kb * c->t.bk < sk) {
-    kv_block_grads(c, ws, b, hk, kb);
+    FA_KV_BLOCK_GRADS(c, ws, b, hk, kb);
     store_kv_block(c, ws, b, hk, kb);
   }
 }
@@ -359,6 +373,6 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
 /* Pass 3 item i: dQ of one (batch, q head, q block). */
 static void bwd_q_item(const cpu_bwd *c, float *ws, int64_t i) {
   const int nqb = c->plan->num_q_blocks, HQ = c->p->a.heads_q;
-  q_block_grads(c, ws, (int)(i / nqb / HQ), (int)(i / nqb % HQ),
-                (int)(i % nqb));
+  FA_Q_BLOCK_GRADS(c, ws, (int)(i / nqb / HQ), (int)(i / nqb % HQ),
+                   (int)(i % nqb));
 }

@@ -29,4 +29,7 @@ int fa_cpu_has_avx512bf16(void);
    the first call (about 1 ms), then kept. Only where
    fa_cpu_has_avx512bf16(). */
 void fa_cpu_bf16_rates(double *dpbf16, double *fma);
+/* FLOP/s of one ~0.1 ms run of TDPBF16PS on this core (isa_amxbf16.c;
+   adds a result to *sink). Only where the amxbf16 row is usable. */
+double fa_cpu_amx_probe(float *sink);
 #endif

@@ -153,15 +153,20 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
         16 * 16;
   }
   size_t per_thread = tile_floats + c.page_floats;
-  float *ws = fa_cpu_workspace(st, sizeof(float) * (delta_floats + sink_floats +
-                                                    per_thread * (size_t)nt));
+  int64_t n_pack = 0; // an ISA's operands packed once per call (pass 0)
+  const size_t pack_floats =
+      ops->bwd_pack_plan ? ops->bwd_pack_plan(&c, &n_pack) : 0;
+  float *ws = fa_cpu_workspace(st, sizeof(float) *
+                                       (delta_floats + sink_floats +
+                                        pack_floats + per_thread * (size_t)nt));
   if (!ws) {
     free(page_slot);
     return FA_ERR_OUT_OF_MEMORY;
   }
   c.delta = ws;
   c.sink_part = want_dsinks ? ws + delta_floats : NULL;
-  float *tiles = ws + delta_floats + sink_floats;
+  c.pack = pack_floats ? ws + delta_floats + sink_floats : NULL;
+  float *tiles = ws + delta_floats + sink_floats + pack_floats;
   const int64_t n_bh = (int64_t)B * HQ;
   const int64_t n_kv = p->paged ? HK : (int64_t)B * HK * nkb;
   const int64_t n_q = (int64_t)B * HQ * nqb;
@@ -169,6 +174,8 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
 #pragma omp parallel num_threads(nt)
   {
     float *mine = tiles + per_thread * (size_t)thread_id();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_pack; i++) ops->bwd_pack_item(&c, mine, i);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_bh; i++)
       ops->bwd_delta(&c, mine, (int)(i / HQ), (int)(i % HQ));

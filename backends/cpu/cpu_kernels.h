@@ -57,6 +57,9 @@
 #ifdef FA_TILE_ITEM_HEADER
 #include FA_TILE_ITEM_HEADER
 #endif
+#ifndef FA_TILES_LAYOUT
+#define FA_TILES_LAYOUT tiles_layout
+#endif
 #ifndef FA_FWD_ITEM
 #define FA_FWD_ITEM fwd_item
 #endif
@@ -72,7 +75,7 @@ static size_t fwd_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
 static void fwd_thread_done(void) { FA_TILE_STEP_END(); }
 
 const fa_cpu_isa_ops FA_FN(fa_cpu_ops) = {
-    .tiles = tiles_layout,
+    .tiles = FA_TILES_LAYOUT,
     .kvpack_plan = fwd_kvpack_plan,
     .kvpack_item = FA_KVPACK_ITEM,
     .fwd_item = FA_FWD_ITEM,
@@ -80,4 +83,8 @@ const fa_cpu_isa_ops FA_FN(fa_cpu_ops) = {
     .bwd_delta = compute_delta,
     .bwd_kv_item = bwd_kv_item,
     .bwd_q_item = bwd_q_item,
+#ifdef FA_BWD_PACK_PLAN
+    .bwd_pack_plan = FA_BWD_PACK_PLAN,
+    .bwd_pack_item = FA_BWD_PACK_ITEM,
+#endif
 };

@@ -69,15 +69,21 @@ int fa_cpu_amx_supports(const fa_kernel_query *q, char *why, size_t len) {
 /* The vector plan with kv blocks up to 256 keys: P.V is then 8 pair tiles
    deep per load and store of its O tiles instead of 2 at 64 keys, and O is
    rescaled a quarter as often (the tile products are ~15x the vector
-   rate, so what surrounds them is the cost). */
+   rate, so what surrounds them is the cost). The backward's tiles hold
+   one head each (no GQA packing), as cpu.avx512's, and up to 256 rows:
+   dV and dK then add 8 pair tiles per load and store of their C tiles
+   (bench/NOTES.md: 107 ms against 134 at 128 rows, d128 s2048). */
 fa_status fa_cpu_amx_plan(const fa_kernel_query *q, fa_plan_data *plan,
                           int vector_floats) {
   fa_caps caps = {0};
   fa_cpu_caps(q->state, &caps, vector_floats);
   caps.max_block_k = 256;
+  if (q->layout && q->layout->op == FA_OP_BACKWARD) {
+    caps.pack_gqa = 0;
+    caps.max_block_q = 256;
+  }
   fa_plan_compute(q->problem, &caps, plan);
   return FA_OK;
 }
 
-/* Before every vector kernel of the backend (they score 0 or less). */
-int fa_cpu_amx_score(const fa_kernel_query *q) { return 2; }
+/* fa_cpu_amx_score (by measured rate) is in rate_amx.c. */

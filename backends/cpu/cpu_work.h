@@ -50,6 +50,7 @@ typedef struct cpu_bwd {
   const int32_t *page_slot;
   size_t page_floats;
   float *sink_part; // dsinks: each (batch, head)'s share, [batch][heads_q]
+  float *pack;      // bwd_pack_plan's floats (NULL: none)
 } cpu_bwd;
 
 /* One ISA's work functions (fa_cpu_ops_<isa>, defined by isa_<isa>.c). The
@@ -75,6 +76,11 @@ typedef struct fa_cpu_isa_ops {
   void (*bwd_delta)(const cpu_bwd *c, float *ws, int b, int h);
   void (*bwd_kv_item)(const cpu_bwd *c, float *ws, float *pacc, int64_t i);
   void (*bwd_q_item)(const cpu_bwd *c, float *ws, int64_t i);
+  /* Optional (NULL: none): operands packed once per call before the
+     passes, into c->pack: the floats and items (*items) it needs, and
+     item i on the thread's tiles ws. */
+  size_t (*bwd_pack_plan)(const cpu_bwd *c, int64_t *items);
+  void (*bwd_pack_item)(const cpu_bwd *c, float *ws, int64_t i);
 } fa_cpu_isa_ops;
 
 fa_status fa_cpu_drive_forward(const fa_cpu_isa_ops *ops, void *state,

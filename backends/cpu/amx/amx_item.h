@@ -68,15 +68,6 @@ static void amx_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
 #define FA_AMX_CHUNK 64
 #endif
 
-/* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
-   one step later: the products stream K^T and V from L2 (a block's K^T
-   is 64 KiB at d = 128), and a tile load that waits on L2 stalls the
-   products that follow it. Prefetches past the pack are harmless. */
-static inline void amx_prefetch_tile(const void *x, int64_t stride) {
-  const char *c = x;
-  for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
-}
-
 /* S[r][c] = Q2[r].K^T[c] for rows [0, nrow) and keys [0, nc16) (both
    multiples of 16): Q2 rows of ldq pairs, kt the block's K^T tiles (group
    g at kt + 16 g ldk2), S rows of lds floats. Keys outer: a pair of K^T
@@ -133,57 +124,10 @@ static void amx_scores(int nrow, int nc16, int dpairs, const uint32_t *q2,
 }
 
 /* O[nrow][dv] += P.V: P rows of ldp pairs (e16 of them, a multiple of
-   16), V2 pair rows of ldv2 words; nrow a multiple of 16. Strips of 32
-   columns outer: a strip of V comes from L2 once for every row pair. */
+   16), V2 pair rows of ldv2 words; nrow a multiple of 16. */
 static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
                    const uint32_t *v2, int ldv2, float *o, int ldo) {
-  amx_ready();
-  const size_t sa = sizeof(uint32_t) * (size_t)ldp,
-               sb = sizeof(uint32_t) * (size_t)ldv2,
-               sc = sizeof(float) * (size_t)ldo;
-  for (int d0 = 0; d0 < dv; d0 += 32)
-    for (int r0 = 0; r0 < nrow; r0 += 32) {
-      float *c00 = o + (size_t)r0 * ldo + d0;
-      const uint32_t *a0 = p2 + (size_t)r0 * ldp;
-      if (r0 + 16 < nrow && d0 + 16 < dv) {
-        _tile_loadd(0, c00, sc);
-        _tile_loadd(1, c00 + 16, sc);
-        _tile_loadd(2, c00 + 16 * (size_t)ldo, sc);
-        _tile_loadd(3, c00 + 16 * (size_t)ldo + 16, sc);
-        for (int e = 0; e < e16; e += 16) {
-          _tile_loadd(4, a0 + e, sa);
-          _tile_loadd(5, a0 + 16 * (size_t)ldp + e, sa);
-          _tile_loadd(6, v2 + (size_t)e * ldv2 + d0, sb);
-          _tile_loadd(7, v2 + (size_t)e * ldv2 + d0 + 16, sb);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-          if (r0 == 0) { // the next pair step's V rows (or next strip's)
-            const uint32_t *vn =
-                e + 16 < e16 ? v2 + (size_t)(e + 16) * ldv2 + d0 : v2 + d0 + 32;
-            amx_prefetch_tile(vn, (int64_t)sb);
-            amx_prefetch_tile(vn + 16, (int64_t)sb);
-          }
-        }
-        _tile_stored(0, c00, sc);
-        _tile_stored(1, c00 + 16, sc);
-        _tile_stored(2, c00 + 16 * (size_t)ldo, sc);
-        _tile_stored(3, c00 + 16 * (size_t)ldo + 16, sc);
-        continue;
-      }
-      for (int ri = r0; ri < r0 + 32 && ri < nrow; ri += 16)
-        for (int d = d0; d < d0 + 32 && d < dv; d += 16) {
-          float *ci = o + (size_t)ri * ldo + d;
-          _tile_loadd(0, ci, sc);
-          for (int e = 0; e < e16; e += 16) {
-            _tile_loadd(4, p2 + (size_t)ri * ldp + e, sa);
-            _tile_loadd(6, v2 + (size_t)e * ldv2 + d, sb);
-            _tile_dpbf16ps(0, 4, 6);
-          }
-          _tile_stored(0, ci, sc);
-        }
-    }
+  amx_gemm(nrow, dv, e16, p2, (size_t)ldp, v2, (size_t)ldv2, o, (size_t)ldo, 1);
 }
 
 /* The 16 lanes of v[0..15] reduced across, one vector per row: after the

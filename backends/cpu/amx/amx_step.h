@@ -56,6 +56,18 @@ static inline void amx_done(void) {
 }
 #define FA_TILE_STEP_END() amx_done()
 
+/* Ask L1 for the 16 rows of 64 bytes of a tile that a product will load
+   one step later: the products stream their B tiles (and C, when they
+   accumulate) from L2 (a forward block's K^T is 64 KiB at d = 128), and a
+   tile load that waits on L2 stalls the products that follow it.
+   Prefetches past the operands are harmless. */
+static inline void amx_prefetch_tile(const void *x, int64_t stride) {
+  const char *c = x;
+  for (int r = 0; r < 16; r++) _mm_prefetch(c + r * stride, _MM_HINT_T0);
+}
+
+#include "amx/amx_gemm.h"
+
 static inline int round16(int x) { return (x + 15) / 16 * 16; }
 
 /* c[i][j * 16 .. +16] *= vs for rows i < rows (pitch ld), nv vectors. */
@@ -69,55 +81,14 @@ static inline void scale_rows(float *c, int ld, int rows, int nv, __m512 vs) {
 
 /* S^T[nc][bq] = scale K2.Q2^T over dpairs pairs: K2 rows of ldk2 pairs
    (rows up to nc rounded to 16 are read: finite, their scores unused), Q^T
-   as [dpairs][bq] pairs. Each C tile is scaled as soon as it is stored,
-   while its rows are in L1. */
+   as [dpairs][bq] pairs. */
 static void bf16_scores(int nc, int bq, int dpairs, const uint32_t *k2,
                         int64_t ldk2, const uint32_t *qt2, float *s,
                         float scale) {
-  amx_ready();
   const int nc16 = round16(nc);
-  const __m512 vs = _mm512_set1_ps(scale);
-  const size_t sa = sizeof(uint32_t) * (size_t)ldk2, sb = sizeof(uint32_t) * bq,
-               sc = sizeof(float) * bq;
-  for (int c0 = 0; c0 < nc16; c0 += 32)
-    for (int r0 = 0; r0 < bq; r0 += 32) {
-      const uint32_t *a0 = k2 + (size_t)c0 * ldk2, *b0 = qt2 + r0;
-      float *c00 = s + (size_t)c0 * bq + r0;
-      if (c0 + 16 < nc16 && r0 + 16 < bq) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int e = 0; e < dpairs; e += 16) {
-          _tile_loadd(4, a0 + e, sa);
-          _tile_loadd(5, a0 + 16 * (size_t)ldk2 + e, sa);
-          _tile_loadd(6, b0 + (size_t)e * bq, sb);
-          _tile_loadd(7, b0 + (size_t)e * bq + 16, sb);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, c00, sc);
-        _tile_stored(1, c00 + 16, sc);
-        _tile_stored(2, c00 + 16 * (size_t)bq, sc);
-        _tile_stored(3, c00 + 16 * (size_t)bq + 16, sc);
-        scale_rows(c00, bq, 32, 2, vs);
-        continue;
-      }
-      // Edges (a last 16 keys or lanes): one C tile at a time.
-      for (int ci = c0; ci < c0 + 32 && ci < nc16; ci += 16)
-        for (int ri = r0; ri < r0 + 32 && ri < bq; ri += 16) {
-          _tile_zero(0);
-          for (int e = 0; e < dpairs; e += 16) {
-            _tile_loadd(4, k2 + (size_t)ci * ldk2 + e, sa);
-            _tile_loadd(6, qt2 + (size_t)e * bq + ri, sb);
-            _tile_dpbf16ps(0, 4, 6);
-          }
-          _tile_stored(0, s + (size_t)ci * bq + ri, sc);
-          scale_rows(s + (size_t)ci * bq + ri, bq, 16, 1, vs);
-        }
-    }
+  amx_gemm(nc16, bq, dpairs, k2, (size_t)ldk2, qt2, (size_t)bq, s, (size_t)bq,
+           0);
+  scale_rows(s, bq, nc16, bq / 16, _mm512_set1_ps(scale));
 }
 
 /* 16 x 16 32-bit transpose of x[0..15] in place (x[i] lane j becomes x[j]
@@ -194,64 +165,25 @@ static void bf16_softmax_p(const cpu_tiles *t, float *ws, int nc,
 /* O[nr][dv] += P.V: P as bf16_softmax_p packed it (lanes x key pairs,
    pitch e16); V as pairs of keys (v2, ldv2 words a pair row). Pair rows
    past (nc + 1) / 2 belong to other keys (an inf or NaN there must not
-   meet P = 0): a last partial pair tile is copied to scratch, zero padded.
-   The B tile of pair step e is then at vrow(e). */
-#define FA_AMX_VROW(e) ((e) < efull ? v2 + (size_t)(e)*ldv2 : tail)
+   meet P = 0): a last partial pair tile is copied to scratch, zero padded,
+   and multiplied from there. */
 static void bf16_pv(int nr, int dv, int nc, int bq, const uint32_t *p2,
                     const uint32_t *v2, int64_t ldv2, uint32_t *scratch,
                     float *o, int64_t ldo) {
   (void)bq; // (p2 holds every lane of the tile; nr of them are multiplied)
-  amx_ready();
   const int ne = (nc + 1) / 2, e16 = round16(ne), nr16 = round16(nr),
             efull = ne / 16 * 16;
-  const uint32_t *tail = scratch;
+  if (efull)
+    amx_gemm(nr16, dv, efull, p2, (size_t)e16, v2, (size_t)ldv2, o, (size_t)ldo,
+             1);
   if (efull < e16) {
     memcpy(scratch, v2 + (size_t)efull * ldv2,
            sizeof(uint32_t) * (size_t)(ne - efull) * ldv2);
     memset(scratch + (size_t)(ne - efull) * ldv2, 0,
            sizeof(uint32_t) * (size_t)(e16 - ne) * ldv2);
+    amx_gemm(nr16, dv, 16, p2 + efull, (size_t)e16, scratch, (size_t)ldv2, o,
+             (size_t)ldo, 1);
   }
-  const size_t sa = sizeof(uint32_t) * (size_t)e16,
-               sb = sizeof(uint32_t) * (size_t)ldv2,
-               sc = sizeof(float) * (size_t)ldo;
-  for (int r0 = 0; r0 < nr16; r0 += 32)
-    for (int d0 = 0; d0 < dv; d0 += 32) {
-      float *c00 = o + (size_t)r0 * ldo + d0;
-      const uint32_t *a0 = p2 + (size_t)r0 * e16;
-      if (r0 + 16 < nr16 && d0 + 16 < dv) {
-        _tile_loadd(0, c00, sc);
-        _tile_loadd(1, c00 + 16, sc);
-        _tile_loadd(2, c00 + 16 * (size_t)ldo, sc);
-        _tile_loadd(3, c00 + 16 * (size_t)ldo + 16, sc);
-        for (int e = 0; e < e16; e += 16) {
-          _tile_loadd(4, a0 + e, sa);
-          _tile_loadd(5, a0 + 16 * (size_t)e16 + e, sa);
-          _tile_loadd(6, FA_AMX_VROW(e) + d0, sb);
-          _tile_loadd(7, FA_AMX_VROW(e) + d0 + 16, sb);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, c00, sc);
-        _tile_stored(1, c00 + 16, sc);
-        _tile_stored(2, c00 + 16 * (size_t)ldo, sc);
-        _tile_stored(3, c00 + 16 * (size_t)ldo + 16, sc);
-        continue;
-      }
-      for (int ri = r0; ri < r0 + 32 && ri < nr16; ri += 16)
-        for (int di = d0; di < d0 + 32 && di < dv; di += 16) {
-          float *ci = o + (size_t)ri * ldo + di;
-          _tile_loadd(0, ci, sc);
-          for (int e = 0; e < e16; e += 16) {
-            _tile_loadd(4, p2 + (size_t)ri * e16 + e, sa);
-            _tile_loadd(6, FA_AMX_VROW(e) + di, sb);
-            _tile_dpbf16ps(0, 4, 6);
-          }
-          _tile_stored(0, ci, sc);
-        }
-    }
 }
-#undef FA_AMX_VROW
 
 #endif
