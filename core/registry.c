@@ -198,27 +198,63 @@ const char *fa_backend_name(int i) {
   return NULL;
 }
 
-static fa_status select_forced(const char *name, const char *source, int *idx,
-                               int *n) {
-  int i = fa_registry_find(name);
-  if (i < 0) {
-    char known[512] = "";
-    for (int j = 0; j < num_entries; j++) {
-      strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
-      strncat(known, entries[j].backend->name,
-              sizeof known - strlen(known) - 1);
-    }
-    return fa_fail(FA_ERR_NO_DEVICE,
-                   "%s names backend \"%s\", which is not compiled in "
-                   "(compiled in: %s)",
-                   source, name, known[0] ? known : "none");
+/* The entry and binding a name means, usable or not (-1: no such name). */
+static int lookup(const char *name, fa_binding *b, const char **why) {
+  *b = (fa_binding){-1, 0, NULL};
+  for (int i = 0; i < num_entries && b->idx < 0; i++) {
+    const fa_backend *be = entries[i].backend;
+    *why = entries[i].why;
+    if (strcmp(be->name, name) == 0) b->idx = i;
+    for (int k = 0; k < be->num_aliases && b->idx < 0; k++)
+      if (strcmp(be->aliases[k].name, name) == 0) {
+        *b = (fa_binding){i, be->aliases[k].first_kernel, NULL};
+        if (b->first_kernel < 0) *why = be->aliases[k].why;
+      }
+    for (int k = 0; k < be->num_kernels && b->idx < 0; k++)
+      if (strcmp(be->kernels[k].name, name) == 0)
+        *b = (fa_binding){i, 0, &be->kernels[k]};
   }
-  if (!entries[i].usable)
-    return fa_fail(FA_ERR_NO_DEVICE, "%s names backend \"%s\": %s", source,
-                   name, entries[i].why);
-  idx[0] = i;
-  *n = 1;
-  if (log_dispatch) fa_log("%s forces backend %s", source, name);
+  return b->idx;
+}
+
+/* The names a context can be bound to here, as far as they fit. */
+static void list_names(char *out, size_t len) {
+  size_t at = 0;
+  for (int i = 0; i < num_entries; i++) {
+    const fa_backend *be = entries[i].backend;
+    int n = 1 + be->num_aliases + be->num_kernels;
+    for (int k = 0; k < n; k++) {
+      const char *name = k == 0 ? be->name : NULL;
+      if (k > 0 && k <= be->num_aliases && be->aliases[k - 1].first_kernel >= 0)
+        name = be->aliases[k - 1].name;
+      if (k > be->num_aliases) name = be->kernels[k - 1 - be->num_aliases].name;
+      if (!name) continue;
+      if (at + strlen(name) + 7 >= len) {
+        (void)snprintf(out + at, len - at, "%s...", at ? ", " : "");
+        return;
+      }
+      at += (size_t)snprintf(out + at, len - at, "%s%s", at ? ", " : "", name);
+    }
+  }
+}
+
+fa_status fa_registry_bind(const char *name, const char *source,
+                           fa_binding *b) {
+  ensure_init();
+  const char *why = "";
+  if (lookup(name, b, &why) < 0) {
+    char known[320] = "none";
+    list_names(known, sizeof known);
+    return fa_fail(FA_ERR_NO_DEVICE,
+                   "%s names \"%s\": no backend, alias or kernel of that "
+                   "name is here (here: %s)",
+                   source, name, known);
+  }
+  if (!entries[b->idx].usable || b->first_kernel < 0) {
+    b->idx = -1;
+    return fa_fail(FA_ERR_NO_DEVICE, "%s names \"%s\": not usable here: %s",
+                   source, name, why);
+  }
   return FA_OK;
 }
 
@@ -231,10 +267,10 @@ static fa_status check_device(int memory_space, int device) {
 }
 
 fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
-                             int *forced) {
+                             fa_binding *forced) {
   ensure_init();
   *n = 0;
-  *forced = 0;
+  *forced = (fa_binding){-1, 0, NULL};
   if (kind != FA_BACKEND_AUTO && kind != FA_BACKEND_CPU &&
       kind != FA_BACKEND_CUDA && kind != FA_BACKEND_HIP)
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "kind=%d is not a fa_backend_kind",
@@ -243,18 +279,22 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "device=%d must be >= 0", device);
 
   const char *env = fa_config_string("FA_BACKEND");
-  if (env && *env) {
-    int i = fa_registry_find(env);
-    if (kind == FA_BACKEND_AUTO || i < 0 || entries[i].backend->kind == kind) {
-      *forced = 1;
-      fa_status s = select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
-      return s ? s
-               : check_device(entries[idx[0]].backend->memory_space, device);
-    }
+  const char *unused;
+  if (env && *env &&
+      (kind == FA_BACKEND_AUTO || lookup(env, forced, &unused) < 0 ||
+       entries[forced->idx].backend->kind == kind)) {
+    fa_status s = fa_registry_bind(env, fa_config_source("FA_BACKEND"), forced);
+    if (s) return s;
     if (log_dispatch)
-      fa_log("%s=%s ignored: the context asks for kind %s",
-             fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));
+      fa_log("%s forces %s", fa_config_source("FA_BACKEND"), env);
+    idx[0] = forced->idx;
+    *n = 1;
+    return check_device(entries[idx[0]].backend->memory_space, device);
   }
+  forced->idx = -1;
+  if (env && *env && log_dispatch)
+    fa_log("%s=%s ignored: the context asks for kind %s",
+           fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));
 
   // The best usable backend of the kind fixes the memory space; every
   // usable backend of that space joins, best first.
@@ -331,7 +371,7 @@ static int dispatch_pass(const fa_context *ctx, const fa_problem *p,
     const fa_kernel_query q = {p, layout, ctx->state[s]};
     const fa_kernel *best = NULL;
     int best_score = 0;
-    for (int k = 0; k < b->num_kernels; k++) {
+    for (int k = ctx->first_kernel; k < b->num_kernels; k++) {
       const fa_kernel *kr = &b->kernels[k];
       if (!fa_kernel_accepts(kr, &q, layout->op, ctx->only_kernel,
                              wl ? why : NULL, wl)) {
