@@ -150,13 +150,6 @@ const fa_registry_entry *fa_registry_at(int i) {
   return i >= 0 && i < num_entries ? &entries[i] : NULL;
 }
 
-int fa_registry_find(const char *name) {
-  ensure_init();
-  for (int i = 0; i < num_entries; i++)
-    if (strcmp(entries[i].backend->name, name) == 0) return i;
-  return -1;
-}
-
 int fa_log_dispatch(void) {
   ensure_init();
   return log_dispatch;
@@ -217,24 +210,28 @@ static int lookup(const char *name, fa_binding *b, const char **why) {
   return b->idx;
 }
 
+/* Append name to the list in out (used bytes at *at); 0 once full. */
+static int add_name(char *out, size_t len, size_t *at, const char *name) {
+  if (*at + strlen(name) + 7 >= len) {
+    (void)snprintf(out + *at, len - *at, "%s...", *at ? ", " : "");
+    return 0;
+  }
+  *at += (size_t)snprintf(out + *at, len - *at, "%s%s", *at ? ", " : "", name);
+  return 1;
+}
+
 /* The names a context can be bound to here, as far as they fit. */
 static void list_names(char *out, size_t len) {
   size_t at = 0;
   for (int i = 0; i < num_entries; i++) {
     const fa_backend *be = entries[i].backend;
-    int n = 1 + be->num_aliases + be->num_kernels;
-    for (int k = 0; k < n; k++) {
-      const char *name = k == 0 ? be->name : NULL;
-      if (k > 0 && k <= be->num_aliases && be->aliases[k - 1].first_kernel >= 0)
-        name = be->aliases[k - 1].name;
-      if (k > be->num_aliases) name = be->kernels[k - 1 - be->num_aliases].name;
-      if (!name) continue;
-      if (at + strlen(name) + 7 >= len) {
-        (void)snprintf(out + at, len - at, "%s...", at ? ", " : "");
+    if (!add_name(out, len, &at, be->name)) return;
+    for (int k = 0; k < be->num_aliases; k++)
+      if (be->aliases[k].first_kernel >= 0 &&
+          !add_name(out, len, &at, be->aliases[k].name))
         return;
-      }
-      at += (size_t)snprintf(out + at, len - at, "%s%s", at ? ", " : "", name);
-    }
+    for (int k = 0; k < be->num_kernels; k++)
+      if (!add_name(out, len, &at, be->kernels[k].name)) return;
   }
 }
 
@@ -251,7 +248,7 @@ fa_status fa_registry_bind(const char *name, const char *source,
                    source, name, known);
   }
   if (!entries[b->idx].usable || b->first_kernel < 0) {
-    b->idx = -1;
+    *b = (fa_binding){-1, 0, NULL};
     return fa_fail(FA_ERR_NO_DEVICE, "%s names \"%s\": not usable here: %s",
                    source, name, why);
   }
@@ -291,7 +288,7 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
     *n = 1;
     return check_device(entries[idx[0]].backend->memory_space, device);
   }
-  forced->idx = -1;
+  *forced = (fa_binding){-1, 0, NULL}; // (what lookup found is not bound)
   if (env && *env && log_dispatch)
     fa_log("%s=%s ignored: the context asks for kind %s",
            fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));

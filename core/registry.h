@@ -19,9 +19,6 @@ typedef struct fa_registry_entry {
 /* All compiled-in backends, best ranked first. */
 int fa_registry_size(void);
 const fa_registry_entry *fa_registry_at(int i);
-/* Index of the backend called name, or -1. */
-int fa_registry_find(const char *name);
-
 /* What a name binds a context to: registry entry idx, restricted to its
    kernels from first_kernel on (a backend: 0; an alias: fa_backend_alias)
    or to exactly one kernel. */

@@ -16,8 +16,8 @@
  *   registry is initialised once, thread-safely, on first use.
  * - Memory: every pointer a problem or a call takes (tensors, cu_seqlens,
  *   block tables, slopes, sinks, lse) lives in the context's memory space:
- *   host memory for CPU backends, device memory for GPU backends (allocate it
- *   with fa_malloc() to stay portable).
+ *   host memory for the cpu backend, device memory for GPU backends (allocate
+ * it with fa_malloc() to stay portable).
  * - Overlap: no output of a call may share a byte with any other party of
  *   it (an input or output tensor, lse, an index or position array, the
  *   slopes, sinks, dsinks or descales): FA_ERR_INVALID_ARGUMENT naming both.
@@ -197,7 +197,7 @@ typedef struct fa_tensor {
  * resolves the result (an overflow to -inf beside a finite maximum), right.
  * The backward likewise accumulates dO.v and dO.O in fp32: where those
  * overflow (16-bit inputs near their maximum), gradients may be non-finite.
- * These non-finite rules hold on the CPU backends (tests/stress). The GPU
+ * These non-finite rules hold on the CPU kernels (tests/stress). The GPU
  * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply
  * whole tiles of P by V (backward: of P^T and dS^T by dO and Q, of dS by K):
  * a NaN or inf in a V row (backward: also a q, k or dO row) also reaches the
