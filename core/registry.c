@@ -220,7 +220,9 @@ static int add_name(char *out, size_t len, size_t *at, const char *name) {
   return 1;
 }
 
-/* The names a context can be bound to here, as far as they fit. */
+/* The names a context can be bound to here, as far as they fit: every
+   backend and usable alias, then the kernels of the usable backends (a
+   long table, the GPU's, as a count: fa_explain lists it). */
 static void list_names(char *out, size_t len) {
   size_t at = 0;
   for (int i = 0; i < num_entries; i++) {
@@ -230,7 +232,17 @@ static void list_names(char *out, size_t len) {
       if (be->aliases[k].first_kernel >= 0 &&
           !add_name(out, len, &at, be->aliases[k].name))
         return;
-    for (int k = 0; k < be->num_kernels; k++)
+  }
+  for (int i = 0; i < num_entries; i++) {
+    const fa_backend *be = entries[i].backend;
+    char many[96];
+    (void)snprintf(many, sizeof many, "%d %s.* kernels (fa_explain lists them)",
+                   be->num_kernels, be->name);
+    if (entries[i].usable && be->num_kernels > 8 &&
+        !add_name(out, len, &at, many))
+      return;
+    for (int k = 0;
+         entries[i].usable && be->num_kernels <= 8 && k < be->num_kernels; k++)
       if (!add_name(out, len, &at, be->kernels[k].name)) return;
   }
 }
