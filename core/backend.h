@@ -20,7 +20,7 @@
 #include "plan.h"
 #include "problem.h"
 
-#define FA_BACKEND_API_VERSION 2
+#define FA_BACKEND_API_VERSION 3
 
 /* Memory spaces: backends that share one can run each other's problems. */
 #define FA_MEMORY_HOST 0

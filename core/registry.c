@@ -198,7 +198,8 @@ static int lookup(const char *name, fa_binding *b, const char **why) {
     const fa_backend *be = entries[i].backend;
     *why = entries[i].why;
     if (strcmp(be->name, name) == 0) b->idx = i;
-    for (int k = 0; k < be->num_aliases && b->idx < 0; k++)
+    const int aliases = be->api_version == FA_BACKEND_API_VERSION;
+    for (int k = 0; aliases && k < be->num_aliases && b->idx < 0; k++)
       if (strcmp(be->aliases[k].name, name) == 0) {
         *b = (fa_binding){i, be->aliases[k].first_kernel, NULL};
         if (b->first_kernel < 0) *why = be->aliases[k].why;
@@ -228,7 +229,8 @@ static void list_names(char *out, size_t len) {
   for (int i = 0; i < num_entries; i++) {
     const fa_backend *be = entries[i].backend;
     if (!add_name(out, len, &at, be->name)) return;
-    for (int k = 0; k < be->num_aliases; k++)
+    const int aliases = be->api_version == FA_BACKEND_API_VERSION;
+    for (int k = 0; aliases && k < be->num_aliases; k++)
       if (be->aliases[k].first_kernel >= 0 &&
           !add_name(out, len, &at, be->aliases[k].name))
         return;
