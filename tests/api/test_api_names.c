@@ -49,17 +49,17 @@ static void expect_unknown(const char *name) {
 static int mode_names(void) {
   char k[64], best_f32[64], best_bf16[64];
   fa_context *c = NULL;
-  EXPECT_OK("AUTO", fa_context_create(&c, FA_BACKEND_AUTO, 0));
+  EXPECT_OK("FA_BACKEND_CPU", fa_context_create(&c, FA_BACKEND_CPU, 0));
   au_kernel_taken(c, FA_F32, best_f32, sizeof best_f32);
   au_kernel_taken(c, FA_BF16, best_bf16, sizeof best_bf16);
   fa_context_destroy(c);
-  CHECK(kernel_name_ok(best_f32), "AUTO plans f32 on \"%s\"", best_f32);
-  CHECK(kernel_name_ok(best_bf16), "AUTO plans bf16 on \"%s\"", best_bf16);
-  // "cpu" by name is the whole backend: the same choices as AUTO.
+  CHECK(kernel_name_ok(best_f32), "CPU plans f32 on \"%s\"", best_f32);
+  CHECK(kernel_name_ok(best_bf16), "CPU plans bf16 on \"%s\"", best_bf16);
+  // "cpu" by name is the whole backend: the same choices as the kind.
   CHECK(!strcmp(planned("cpu", FA_F32, k, sizeof k), best_f32),
-        "\"cpu\" plans f32 on %s, AUTO on %s", k, best_f32);
+        "\"cpu\" plans f32 on %s, FA_BACKEND_CPU on %s", k, best_f32);
   CHECK(!strcmp(planned("cpu", FA_BF16, k, sizeof k), best_bf16),
-        "\"cpu\" plans bf16 on %s, AUTO on %s", k, best_bf16);
+        "\"cpu\" plans bf16 on %s, FA_BACKEND_CPU on %s", k, best_bf16);
 
   // Every kernel binds exactly, and is named cpu.<isa>.<dtype>.
   static char f32[16][64], bf16[16][64];
@@ -68,7 +68,7 @@ static int mode_names(void) {
   CHECK(nf >= 1 && !strcmp(f32[nf - 1], "cpu.scalar.f32"),
         "the last f32 kernel is not cpu.scalar.f32 (%d kernels)", nf);
   CHECK(nf >= 1 && !strcmp(f32[0], best_f32),
-        "the first f32 kernel %s is not AUTO's %s", f32[0], best_f32);
+        "the first f32 kernel %s is not the one taken, %s", f32[0], best_f32);
   for (int i = 0; i < nf + nb; i++) {
     const char *name = i < nf ? f32[i] : bf16[i - nf];
     CHECK(kernel_name_ok(name), "kernel \"%s\" is not cpu.<isa>.<dtype>", name);
