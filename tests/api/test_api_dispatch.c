@@ -53,9 +53,11 @@ static void log_body(void) {
   (void)tiny_forward(c, 8);
   (void)tiny_forward(c, 600);
   fa_context_destroy(c);
-  // The cpu backend's choices (AUTO may be a GPU's): f32, and bf16, which
-  // a kernel scoring by measured rates may take.
+  // The cpu backend's choices (AUTO may be a GPU's): f32, a head dim no
+  // kernel takes, and bf16, which a kernel scoring by measured rates may
+  // take.
   if (fa_context_create(&c, FA_BACKEND_CPU, 0) != FA_OK) return;
+  (void)tiny_forward(c, 600);
   char k[64];
   (void)au_kernel_taken(c, FA_F32, k, sizeof k);
   (void)au_kernel_taken(c, FA_BF16, k, sizeof k);
