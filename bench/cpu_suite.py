@@ -6,7 +6,7 @@ Runs fa-peak (the machine's ceilings) and then fa-bench on the shapes the
 CPU issue names, and prints one markdown table: GFLOP/s (GB/s for decode)
 and the fraction of the ceiling measured in the same run. Usage:
 
-    python3 bench/cpu_suite.py [--build build] [--backend cpu-avx512] [--quick]
+    python3 bench/cpu_suite.py [--build build] [--backend cpu.avx512.f32] [--quick]
 """
 import argparse
 import json

@@ -479,7 +479,8 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
   fa_problem_describe(&p, desc, sizeof desc);
   text_add(&t, "problem: %s\n", desc);
 
-  int idx[FA_MAX_BACKENDS], n = 0, forced = 0;
+  int idx[FA_MAX_BACKENDS], n = 0;
+  fa_binding forced;
   if (fa_select_backends(FA_BACKEND_AUTO, 0, idx, &n, &forced))
     text_add(&t, "auto: %s\n", fa_last_error());
   const fa_kernel_query q = {&p, NULL, NULL};
@@ -496,9 +497,13 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
     // The backend's choice: its best-scoring accepting kernel.
     const fa_kernel *best = NULL;
     int best_score = 0;
-    for (int k = 0; k < b->num_kernels; k++) {
+    const int taken_before = taken; // by a better backend
+    // What FA_BACKEND binds: an alias's tail of the kernels, or one kernel.
+    const int first = forced.idx == i ? forced.first_kernel : 0;
+    const fa_kernel *only = forced.idx == i ? forced.kernel : NULL;
+    for (int k = first; k < b->num_kernels; k++) {
       const fa_kernel *kr = &b->kernels[k];
-      if (!kr->supports(&q, NULL, 0)) continue;
+      if ((only && kr != only) || !kr->supports(&q, NULL, 0)) continue;
       int sc = kr->score ? kr->score(&q) : 0;
       if (!best || sc > best_score) {
         best = kr;
@@ -510,14 +515,15 @@ size_t fa_explain(const fa_attention *a, fa_dtype dtype, char *buf,
       char why[256] = "";
       if (!kr->supports(&q, why, sizeof why)) {
         text_add(&t, "%s %s: skipped: %s\n", b->name, kr->name, why);
-      } else if (!in_auto) {
+      } else if (!in_auto || k < first || (only && kr != only)) {
         text_add(&t, "%s %s: supports it, but %s\n", b->name, kr->name,
-                 forced ? "FA_BACKEND forces another backend"
-                        : "AUTO uses another memory space (create the context "
-                          "by name to use it)");
-      } else if (taken || kr != best) {
+                 forced.idx >= 0
+                     ? "FA_BACKEND leaves it out"
+                     : "AUTO uses another memory space (create the context "
+                       "by name to use it)");
+      } else if (taken_before || kr != best) {
         text_add(&t, "%s %s: supports it, but %s is taken\n", b->name, kr->name,
-                 taken ? "a better backend's kernel" : best->name);
+                 taken_before ? "a better backend's kernel" : best->name);
       } else {
         fa_plan_data d;
         char tiles[384];

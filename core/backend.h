@@ -20,7 +20,7 @@
 #include "plan.h"
 #include "problem.h"
 
-#define FA_BACKEND_API_VERSION 2
+#define FA_BACKEND_API_VERSION 3
 
 /* Memory spaces: backends that share one can run each other's problems. */
 #define FA_MEMORY_HOST 0
@@ -67,7 +67,8 @@ typedef struct fa_bwd_args {
 } fa_bwd_args;
 
 typedef struct fa_kernel {
-  const char *name; // "cpu.<isa>", "cuda.sm90.bf16.d128": what logs,
+  const char *name; // "<runtime>.<isa or arch>[.<dtype>][.d<N>]":
+                    // "cpu.avx512.f32", "cuda.sm90.bf16.d128"; what logs,
                     // fa_explain, fa_plan_describe and binding by name use
   // 1 if this kernel runs q's problem on q's layout for q's op (forward or
   // backward: a kernel without a backward entry is never asked about
@@ -92,10 +93,20 @@ typedef struct fa_kernel {
                         const fa_plan_data *plan, const fa_bwd_args *args);
 } fa_kernel;
 
+/* A further name a backend answers to when a context is bound by name (or
+   by FA_BACKEND): the backend restricted to kernels[first_kernel ..] (the
+   CPU's "cpu-<isa>": its kernels of that ISA and below). first_kernel < 0:
+   a name known here that cannot run (a kernel of an ISA this CPU lacks),
+   and why. */
+typedef struct fa_backend_alias {
+  const char *name;
+  int first_kernel;
+  const char *why;
+} fa_backend_alias;
+
 typedef struct fa_backend {
   int api_version;      // FA_BACKEND_API_VERSION
-  const char *name;     // runtime name: "cpu", "cuda", "hip" (+ ISA for CPU
-                        // backends, which are one per ISA: "cpu-<isa>")
+  const char *name;     // the runtime: "cpu", "cuda", "hip"
   fa_backend_kind kind; // family, for fa_context_create(kind)
   int rank;             // larger is preferred by AUTO
   int memory_space;     // FA_MEMORY_HOST or a GPU module's own id
@@ -121,6 +132,8 @@ typedef struct fa_backend {
                             float *lse);
   const fa_kernel *kernels; // table order breaks score ties
   int num_kernels;
+  const fa_backend_alias *aliases; // (optional)
+  int num_aliases;
 } fa_backend;
 
 /* Host implementations shared by every backend whose memory is host memory. */
@@ -154,8 +167,9 @@ typedef const fa_backend *const *(*fa_module_entry_fn)(
     const fa_core_services *core, int *count);
 #define FA_MODULE_ENTRY "fa_module_backends"
 
-/* The CPU backends compiled into this library (backends/cpu: one per ISA
-   the build has, best ranked first): the core names no ISA. */
+/* The CPU backend compiled into this library (backends/cpu: one, "cpu",
+   over the kernels of every ISA the build has and this CPU runs): the
+   core names no ISA. */
 #ifdef FA_HAVE_CPU
 const fa_backend *const *fa_cpu_backends(int *count);
 #endif

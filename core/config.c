@@ -22,8 +22,9 @@ typedef struct fa_switch {
 
 static fa_switch table[] = {
     {"FA_BACKEND", "FLASHATTN_BACKEND",
-     "force one backend (by name) for every FA_BACKEND_AUTO context", NULL,
-     NULL},
+     "bind every FA_BACKEND_AUTO context to one backend, cpu-<isa> or kernel "
+     "(by name)",
+     NULL, NULL},
     {"FA_MODULE_PATH", "FLASHATTN_MODULE_PATH",
      "directory searched for GPU modules after the library's own", NULL, NULL},
     {"FA_LOG", NULL,
@@ -35,8 +36,8 @@ static fa_switch table[] = {
      "arrays and descales on every call)",
      NULL, NULL},
     {"FA_CPU_MAX_ISA", NULL,
-     "cap the CPU ISA at a CPU backend's (cpu-<isa>: FA_CPU_MAX_ISA=<isa>; "
-     "also hides better kernels of the same backend)",
+     "cap the cpu backend's kernels at an ISA and below (scalar, avx2, "
+     "avx512, neon: as the name cpu-<isa> does, for every context)",
      NULL, NULL},
     {"FA_CUDA_DETERMINISTIC", NULL,
      "1: CUDA backward without atomic dQ accumulation (bit-reproducible, "

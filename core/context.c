@@ -9,12 +9,15 @@
 
 #define INVALID FA_ERR_INVALID_ARGUMENT
 
+/* A context over backends idx[0 .. n), or over the one a name bound. */
 static fa_status context_open(fa_context **out, const int *idx, int n,
-                              int forced, int device) {
+                              const fa_binding *bound, int device) {
   fa_context *c = calloc(1, sizeof *c);
   if (!c) return fa_fail(FA_ERR_OUT_OF_MEMORY, "context allocation failed");
   c->device = device;
-  c->forced = forced;
+  c->forced = bound->idx >= 0;
+  c->first_kernel = bound->first_kernel;
+  c->only_kernel = bound->kernel;
   for (int i = 0; i < n; i++) {
     const fa_backend *b = fa_registry_at(idx[i])->backend;
     fa_status s = b->context_create(device, &c->state[i]);
@@ -33,10 +36,11 @@ fa_status fa_context_create(fa_context **ctx, fa_backend_kind kind,
                             int device) {
   fa_clear_error();
   if (!ctx) return fa_fail(INVALID, "ctx (the output pointer) is NULL");
-  int idx[FA_MAX_BACKENDS], n, forced;
+  int idx[FA_MAX_BACKENDS], n;
+  fa_binding forced;
   fa_status s = fa_select_backends(kind, device, idx, &n, &forced);
   if (s) return s;
-  return context_open(ctx, idx, n, forced, device);
+  return context_open(ctx, idx, n, &forced, device);
 }
 
 /* "name" or "name:N" (device N of a GPU backend). */
@@ -68,34 +72,18 @@ fa_status fa_context_create_by_name(fa_context **ctx, const char *full) {
   int device;
   fa_status ds = split_device(full, name, sizeof name, &device);
   if (ds) return ds;
-  int i = fa_registry_find(name);
-  const fa_kernel *kernel = NULL;
-  for (int j = 0; i < 0 && j < fa_registry_size(); j++) {
-    // A kernel name ("cpu.<isa>") binds the context to that one kernel:
-    // for triage and for testing kernels a better one would shadow.
-    const fa_backend *b = fa_registry_at(j)->backend;
-    for (int k = 0; k < b->num_kernels; k++)
-      if (strcmp(b->kernels[k].name, name) == 0) {
-        i = j;
-        kernel = &b->kernels[k];
-      }
-  }
-  if (i < 0)
-    return fa_fail(FA_ERR_NO_DEVICE,
-                   "no backend or kernel named \"%s\" is compiled in", name);
-  const fa_registry_entry *e = fa_registry_at(i);
-  if (!e->usable)
-    return fa_fail(FA_ERR_NO_DEVICE, "backend \"%s\" is not usable here: %s",
-                   name, e->why);
-  if (e->backend->memory_space == FA_MEMORY_HOST && device != 0)
+  // A kernel name ("cpu.avx2.f32") binds the context to that one kernel:
+  // for triage and for testing kernels a better one would shadow.
+  fa_binding bound;
+  fa_status s = fa_registry_bind(name, "fa_context_create_by_name", &bound);
+  if (s) return s;
+  if (fa_registry_at(bound.idx)->backend->memory_space == FA_MEMORY_HOST &&
+      device != 0)
     return fa_fail(FA_ERR_NO_DEVICE, "\"%s\": CPU backends have only device 0",
                    full);
   if (fa_log_dispatch())
-    fa_log("context bound to %s %s by name (device %d)",
-           kernel ? "kernel" : "backend", name, device);
-  fa_status s = context_open(ctx, &i, 1, 1, device);
-  if (!s) (*ctx)->only_kernel = kernel;
-  return s;
+    fa_log("context bound to %s by name (device %d)", name, device);
+  return context_open(ctx, &bound.idx, 1, &bound, device);
 }
 
 void fa_context_destroy(fa_context *ctx) {

@@ -150,13 +150,6 @@ const fa_registry_entry *fa_registry_at(int i) {
   return i >= 0 && i < num_entries ? &entries[i] : NULL;
 }
 
-int fa_registry_find(const char *name) {
-  ensure_init();
-  for (int i = 0; i < num_entries; i++)
-    if (strcmp(entries[i].backend->name, name) == 0) return i;
-  return -1;
-}
-
 int fa_log_dispatch(void) {
   ensure_init();
   return log_dispatch;
@@ -198,27 +191,81 @@ const char *fa_backend_name(int i) {
   return NULL;
 }
 
-static fa_status select_forced(const char *name, const char *source, int *idx,
-                               int *n) {
-  int i = fa_registry_find(name);
-  if (i < 0) {
-    char known[512] = "";
-    for (int j = 0; j < num_entries; j++) {
-      strncat(known, j ? ", " : "", sizeof known - strlen(known) - 1);
-      strncat(known, entries[j].backend->name,
-              sizeof known - strlen(known) - 1);
-    }
-    return fa_fail(FA_ERR_NO_DEVICE,
-                   "%s names backend \"%s\", which is not compiled in "
-                   "(compiled in: %s)",
-                   source, name, known[0] ? known : "none");
+/* The entry and binding a name means, usable or not (-1: no such name). */
+static int lookup(const char *name, fa_binding *b, const char **why) {
+  *b = (fa_binding){-1, 0, NULL};
+  for (int i = 0; i < num_entries && b->idx < 0; i++) {
+    const fa_backend *be = entries[i].backend;
+    *why = entries[i].why;
+    if (strcmp(be->name, name) == 0) b->idx = i;
+    const int aliases = be->api_version == FA_BACKEND_API_VERSION;
+    for (int k = 0; aliases && k < be->num_aliases && b->idx < 0; k++)
+      if (strcmp(be->aliases[k].name, name) == 0) {
+        *b = (fa_binding){i, be->aliases[k].first_kernel, NULL};
+        if (b->first_kernel < 0) *why = be->aliases[k].why;
+      }
+    for (int k = 0; k < be->num_kernels && b->idx < 0; k++)
+      if (strcmp(be->kernels[k].name, name) == 0)
+        *b = (fa_binding){i, 0, &be->kernels[k]};
   }
-  if (!entries[i].usable)
-    return fa_fail(FA_ERR_NO_DEVICE, "%s names backend \"%s\": %s", source,
-                   name, entries[i].why);
-  idx[0] = i;
-  *n = 1;
-  if (log_dispatch) fa_log("%s forces backend %s", source, name);
+  return b->idx;
+}
+
+/* Append name to the list in out (used bytes at *at); 0 once full. */
+static int add_name(char *out, size_t len, size_t *at, const char *name) {
+  if (*at + strlen(name) + 7 >= len) {
+    (void)snprintf(out + *at, len - *at, "%s...", *at ? ", " : "");
+    return 0;
+  }
+  *at += (size_t)snprintf(out + *at, len - *at, "%s%s", *at ? ", " : "", name);
+  return 1;
+}
+
+/* The names a context can be bound to here, as far as they fit: every
+   backend and usable alias, then the kernels of the usable backends (a
+   long table, the GPU's, as a count: fa_explain lists it). */
+static void list_names(char *out, size_t len) {
+  size_t at = 0;
+  for (int i = 0; i < num_entries; i++) {
+    const fa_backend *be = entries[i].backend;
+    if (!add_name(out, len, &at, be->name)) return;
+    const int aliases = be->api_version == FA_BACKEND_API_VERSION;
+    for (int k = 0; aliases && k < be->num_aliases; k++)
+      if (be->aliases[k].first_kernel >= 0 &&
+          !add_name(out, len, &at, be->aliases[k].name))
+        return;
+  }
+  for (int i = 0; i < num_entries; i++) {
+    const fa_backend *be = entries[i].backend;
+    char many[96];
+    (void)snprintf(many, sizeof many, "%d %s.* kernels (fa_explain lists them)",
+                   be->num_kernels, be->name);
+    if (entries[i].usable && be->num_kernels > 8 &&
+        !add_name(out, len, &at, many))
+      return;
+    for (int k = 0;
+         entries[i].usable && be->num_kernels <= 8 && k < be->num_kernels; k++)
+      if (!add_name(out, len, &at, be->kernels[k].name)) return;
+  }
+}
+
+fa_status fa_registry_bind(const char *name, const char *source,
+                           fa_binding *b) {
+  ensure_init();
+  const char *why = "";
+  if (lookup(name, b, &why) < 0) {
+    char known[320] = "none";
+    list_names(known, sizeof known);
+    return fa_fail(FA_ERR_NO_DEVICE,
+                   "%s names \"%s\": no backend, alias or kernel of that "
+                   "name is here (here: %s)",
+                   source, name, known);
+  }
+  if (!entries[b->idx].usable || b->first_kernel < 0) {
+    *b = (fa_binding){-1, 0, NULL};
+    return fa_fail(FA_ERR_NO_DEVICE, "%s names \"%s\": not usable here: %s",
+                   source, name, why);
+  }
   return FA_OK;
 }
 
@@ -231,10 +278,10 @@ static fa_status check_device(int memory_space, int device) {
 }
 
 fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
-                             int *forced) {
+                             fa_binding *forced) {
   ensure_init();
   *n = 0;
-  *forced = 0;
+  *forced = (fa_binding){-1, 0, NULL};
   if (kind != FA_BACKEND_AUTO && kind != FA_BACKEND_CPU &&
       kind != FA_BACKEND_CUDA && kind != FA_BACKEND_HIP)
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "kind=%d is not a fa_backend_kind",
@@ -243,18 +290,22 @@ fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
     return fa_fail(FA_ERR_INVALID_ARGUMENT, "device=%d must be >= 0", device);
 
   const char *env = fa_config_string("FA_BACKEND");
-  if (env && *env) {
-    int i = fa_registry_find(env);
-    if (kind == FA_BACKEND_AUTO || i < 0 || entries[i].backend->kind == kind) {
-      *forced = 1;
-      fa_status s = select_forced(env, fa_config_source("FA_BACKEND"), idx, n);
-      return s ? s
-               : check_device(entries[idx[0]].backend->memory_space, device);
-    }
+  const char *unused;
+  if (env && *env &&
+      (kind == FA_BACKEND_AUTO || lookup(env, forced, &unused) < 0 ||
+       entries[forced->idx].backend->kind == kind)) {
+    fa_status s = fa_registry_bind(env, fa_config_source("FA_BACKEND"), forced);
+    if (s) return s;
     if (log_dispatch)
-      fa_log("%s=%s ignored: the context asks for kind %s",
-             fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));
+      fa_log("%s forces %s", fa_config_source("FA_BACKEND"), env);
+    idx[0] = forced->idx;
+    *n = 1;
+    return check_device(entries[idx[0]].backend->memory_space, device);
   }
+  *forced = (fa_binding){-1, 0, NULL}; // (what lookup found is not bound)
+  if (env && *env && log_dispatch)
+    fa_log("%s=%s ignored: the context asks for kind %s",
+           fa_config_source("FA_BACKEND"), env, fa_backend_kind_name(kind));
 
   // The best usable backend of the kind fixes the memory space; every
   // usable backend of that space joins, best first.
@@ -331,7 +382,7 @@ static int dispatch_pass(const fa_context *ctx, const fa_problem *p,
     const fa_kernel_query q = {p, layout, ctx->state[s]};
     const fa_kernel *best = NULL;
     int best_score = 0;
-    for (int k = 0; k < b->num_kernels; k++) {
+    for (int k = ctx->first_kernel; k < b->num_kernels; k++) {
       const fa_kernel *kr = &b->kernels[k];
       if (!fa_kernel_accepts(kr, &q, layout->op, ctx->only_kernel,
                              wl ? why : NULL, wl)) {

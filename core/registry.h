@@ -19,8 +19,19 @@ typedef struct fa_registry_entry {
 /* All compiled-in backends, best ranked first. */
 int fa_registry_size(void);
 const fa_registry_entry *fa_registry_at(int i);
-/* Index of the backend called name, or -1. */
-int fa_registry_find(const char *name);
+/* What a name binds a context to: registry entry idx, restricted to its
+   kernels from first_kernel on (a backend: 0; an alias: fa_backend_alias)
+   or to exactly one kernel. */
+typedef struct fa_binding {
+  int idx; // -1: nothing bound
+  int first_kernel;
+  const fa_kernel *kernel; // NULL: every kernel from first_kernel
+} fa_binding;
+
+/* Resolve a backend, alias or kernel name (from source, for messages) to a
+   usable binding; else FA_ERR_NO_DEVICE saying why, or for a name not
+   known here, listing the names that are. */
+fa_status fa_registry_bind(const char *name, const char *source, fa_binding *b);
 /* "auto", "cpu", "cuda", "hip": a backend kind's runtime name. */
 const char *fa_backend_kind_name(fa_backend_kind k);
 
@@ -30,9 +41,9 @@ void fa_log(const char *fmt, ...) FA_PRINTF(1, 2);
 
 /* The backends a context of this kind uses (registry indices, best first),
    honouring FA_BACKEND. On failure returns a status with the error
-   recorded. *forced is set when one backend was named. */
+   recorded. forced->idx >= 0 when FA_BACKEND named what to bind. */
 fa_status fa_select_backends(fa_backend_kind kind, int device, int *idx, int *n,
-                             int *forced);
+                             fa_binding *forced);
 
 struct fa_context {
   int device;
@@ -42,6 +53,7 @@ struct fa_context {
   int idx[FA_MAX_BACKENDS];     // registry indices, best first
   void *state[FA_MAX_BACKENDS]; // each backend's per-context state
   const fa_kernel *only_kernel; // bound to one kernel by name (triage)
+  int first_kernel; // bound by an alias (n == 1): its kernels from here on
 };
 
 /* One-line description of a problem for logs. */

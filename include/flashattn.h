@@ -16,8 +16,8 @@
  *   registry is initialised once, thread-safely, on first use.
  * - Memory: every pointer a problem or a call takes (tensors, cu_seqlens,
  *   block tables, slopes, sinks, lse) lives in the context's memory space:
- *   host memory for CPU backends, device memory for GPU backends (allocate it
- *   with fa_malloc() to stay portable).
+ *   host memory for the cpu backend, device memory for GPU backends (allocate
+ * it with fa_malloc() to stay portable).
  * - Overlap: no output of a call may share a byte with any other party of
  *   it (an input or output tensor, lse, an index or position array, the
  *   slopes, sinks, dsinks or descales): FA_ERR_INVALID_ARGUMENT naming both.
@@ -197,7 +197,7 @@ typedef struct fa_tensor {
  * resolves the result (an overflow to -inf beside a finite maximum), right.
  * The backward likewise accumulates dO.v and dO.O in fp32: where those
  * overflow (16-bit inputs near their maximum), gradients may be non-finite.
- * These non-finite rules hold on the CPU backends (tests/stress). The GPU
+ * These non-finite rules hold on the CPU kernels (tests/stress). The GPU
  * tensor-core kernels (cuda.sm80.*, cuda.sm90.*, hip.cdna.*) multiply
  * whole tiles of P by V (backward: of P^T and dS^T by dO and Q, of dS by K):
  * a NaN or inf in a V row (backward: also a q, k or dO row) also reaches the
@@ -294,7 +294,7 @@ FA_API void fa_attention_init(fa_attention *a);
 /** Which family of backends a context uses. */
 typedef enum fa_backend_kind {
   FA_BACKEND_AUTO = 0, /**< The best backend available on this machine. */
-  FA_BACKEND_CPU = 1,  /**< Any CPU backend (best ISA the CPU has). */
+  FA_BACKEND_CPU = 1,  /**< The CPU backend (every ISA the CPU has). */
   FA_BACKEND_CUDA = 2, /**< An NVIDIA GPU through the CUDA module. */
   FA_BACKEND_HIP = 3   /**< An AMD GPU through the HIP module. */
 } fa_backend_kind;
@@ -305,8 +305,9 @@ typedef struct fa_context fa_context;
 /**
  * Create a context of @p kind on @p device (GPU ordinal; 0 for CPU: another
  * device is FA_ERR_NO_DEVICE). With FA_BACKEND_AUTO, the switch
- * FA_BACKEND=name (see docs/configuration.md) forces one backend for the
- * whole program. Within the chosen memory space,
+ * FA_BACKEND=name (see docs/configuration.md) binds every such context as
+ * fa_context_create_by_name() binds that name (a backend, "cpu-<isa>" or a
+ * kernel). Within the chosen memory space,
  * each problem runs on the best-ranked backend that supports it.
  * @return FA_OK, FA_ERR_NO_DEVICE (kind or device absent; see
  * fa_last_error()), FA_ERR_INVALID_ARGUMENT or FA_ERR_OUT_OF_MEMORY.
@@ -316,12 +317,17 @@ FA_API fa_status fa_context_create(fa_context **ctx, fa_backend_kind kind,
                                    int device);
 
 /**
- * Create a context bound to exactly one backend, by name ("cpu-scalar",
- * "cpu-avx512", "cuda", ...; see fa_backend_name()), or to exactly one
- * kernel, by the kernel name that fa_explain() and fa_plan_describe() print
- * ("cpu.avx512", "cuda.sm90.bf16.d128"), for triage and for testing kernels
- * a better one would shadow. A problem that backend (or kernel) cannot run
- * fails with FA_ERR_UNSUPPORTED and the kernel's reason: never a fallback.
+ * Create a context bound to exactly one backend, by its runtime's name
+ * ("cpu", "cuda", "hip"; see fa_backend_name()), or to exactly one kernel,
+ * by the kernel name that fa_explain() and fa_plan_describe() print,
+ * <runtime>.<isa or arch>[.<dtype>][.d<N>] ("cpu.avx2.f32",
+ * "cpu.amxbf16.bf16", "cuda.sm90.bf16.d128"), for triage and for testing
+ * kernels a better one would shadow. "cpu-<isa>" (cpu-scalar, cpu-avx2,
+ * cpu-avx512, cpu-neon) binds the cpu backend capped at that ISA: its
+ * kernels of that ISA and below. A problem that backend (or kernel) cannot
+ * run fails with FA_ERR_UNSUPPORTED and the kernel's reason: never a
+ * fallback. A name that cannot run here (an ISA this CPU lacks) is
+ * FA_ERR_NO_DEVICE saying why; an unknown one lists the names there are.
  * A GPU backend or kernel name may end in ":N" to pick device N
  * ("cuda.sm90.bf16.d128:1"); without it the context uses device 0.
  */
@@ -331,7 +337,8 @@ FA_API fa_status fa_context_create_by_name(fa_context **ctx, const char *name);
 FA_API void fa_context_destroy(fa_context *ctx);
 
 /**
- * @return the name of the backend the context is bound to ("cpu-scalar"),
+ * @return the name of the backend the context is bound to ("cpu", also for
+ * a context bound to one of its kernels or capped by "cpu-<isa>"),
  * or for an AUTO/CPU context the best of its memory space. Static string;
  * "" for NULL.
  */

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # AArch64 leg of CI: cross-compile with Debian's gcc-aarch64-linux-gnu
 # (SLEEF and libgomp from the arm64 multiarch packages), then run the unit
-# tests and the cpu-neon and cpu-scalar cross-validation under qemu-aarch64
+# tests and the cpu.neon.f32 cross-validation under qemu-aarch64
 # (CMAKE_CROSSCOMPILING_EMULATOR; no -L: the multiarch libraries are where
 # the dynamic loader looks). qemu is 20-80x slower than native, so only the
 # tests that exercise the NEON kernels and the core run here.
@@ -24,10 +24,10 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DFA_BUILD_TESTS=ON -DFA_BUILD_BENCH=OFF \
   -DFA_WERROR="${FA_WERROR:-OFF}" # ON in CI (.ci/run)
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
-grep -q "cpu-neon" <(ctest --test-dir "$build" -N) ||
-  { echo "ci-arm64: no cpu-neon tests were built" >&2; exit 1; }
+grep -q "xval[.]cpu[.]neon[.]f32[.]" <(ctest --test-dir "$build" -N) ||
+  { echo "ci-arm64: no cpu.neon.f32 tests were built" >&2; exit 1; }
 # -E longrow: 2^27-key rows take minutes under emulation; the long-row fold
 # is the same kernel-body code on every ISA and runs natively in the x86
-# trees (api.hostile.longrow, xval.<cpu backend>.fwd.longrow).
-ctest --test-dir "$build" --output-on-failure -j2 -L 'unit|cpu-neon|api' \
+# trees (api.hostile.longrow, xval.<cpu kernel>.fwd.longrow).
+ctest --test-dir "$build" --output-on-failure -j2 -L 'unit|cpu[.]neon|api' \
   -E longrow

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Install what building and testing flashattn needs on Debian or Ubuntu: a C
 # compiler (gcc brings OpenMP's libgomp), CMake, make, pkg-config and SLEEF
-# (vector exp for the SIMD CPU kernels; without it only cpu-scalar builds).
+# (vector exp for the SIMD CPU kernels; without it only cpu.scalar.f32 builds).
 # Installs only the packages that are missing, through apt-get (with sudo
 # when not root). --all installs the whole list regardless, as CI does on a
 # fresh machine. Elsewhere it only checks for the tools and says what is

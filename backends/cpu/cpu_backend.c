@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The CPU backends: one kernel body compiled per ISA, the kernel and backend
-// tables made from the rows of cpu_isas.def, one backend per host ISA so
-// that dispatch, logs and benches name them apart.
-// "cpu-scalar" (plain C11, any CPU) supports the whole fa_attention and is
-// the model every faster backend is checked against; the SIMD ones support
-// exactly the same problems.
+// The CPU backend, "cpu": one kernel body compiled per ISA, and the kernel
+// table made from the rows of cpu_isas.def that this CPU runs, so that one
+// dispatch (the kernels' scores: measured rates) chooses among ISAs and
+// logs, plans and benches name the kernel. cpu.scalar.f32 (plain C11, any
+// CPU) supports the whole fa_attention and is the model every faster kernel
+// is checked against; the SIMD f32 ones support exactly the same problems.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,9 @@
 #include "cpu_internal.h"
 #include "cpu_rules.h"
 #include "fa_cpu_built.h" // FA_CPU_IF_<isa>: the ISAs this build has
+#include "config.h"
 #include "error.h"
+#include "registry.h" // fa_log
 
 #define FA_CPU_MAX_HEAD_DIM 512
 
@@ -114,13 +116,12 @@ int fa_cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
   return 1;
 }
 
-/* Per built row: the plan with the row's vector width, the probe of the
-   backend it may open, and the entry points: the driver over the row's
-   work functions. */
+/* Per built row: the plan with the row's vector width, the probe of its
+   ISA, and the entry points: the driver over the row's work functions. */
 #define FA_CPU_BWD_1(name) backward_##name
 #define FA_CPU_BWD_0(name) NULL
-#define FA_CPU_ISA(name, host, vec, rank, level, usable, supports, score,      \
-                   plan, bwd)                                                  \
+#define FA_CPU_ISA(name, family, products, vec, level, usable, supports,       \
+                   score, plan, bwd)                                           \
   FA_CPU_IF_##name(                                                            \
       static fa_status plan_##name(const fa_kernel_query *q,                   \
                                    fa_plan_data *plan_out) {                   \
@@ -143,72 +144,105 @@ int fa_cpu_supports(const fa_kernel_query *q, char *why, size_t len) {
 #undef FA_CPU_ISA
 
 // clang-format off
-/* Every built row's kernel, in table order: a backend's kernels are the
-   rows up to and including its host's own row. */
-static const fa_kernel cpu_kernels[] = {
-#define FA_CPU_ISA(isa, host, vec, rank, level, usable, supports_, score_,    \
-                   plan_fn, bwd)                                               \
-  FA_CPU_IF_##isa({.name = "cpu." #isa, .supports = (supports_),               \
-                   .score = (score_), .plan = plan_##isa,                      \
-                   .forward = forward_##isa,                                   \
-                   .backward = FA_CPU_BWD_##bwd(isa)},)
-#include "cpu_isas.def"
-#undef FA_CPU_ISA
-};
-
+/* Every built row: its kernel "cpu.<isa>.<products>", in table order. */
 typedef struct cpu_row {
-  const char *name, *host, *backend_name;
-  int rank;
+  fa_kernel kernel;
+  const char *isa, *family, *alias; // alias "cpu-<isa>": a family head's
+  int level;
   int (*probe)(char *why, size_t len);
 } cpu_row;
 
 static const cpu_row cpu_rows[] = {
-#define FA_CPU_ISA(isa, host, vec, rank_, ...)                                 \
-  FA_CPU_IF_##isa({#isa, #host, "cpu-" #host, rank_, probe_##isa},)
+#define FA_CPU_ISA(isa, family, products, vec, level_, usable, supports_,     \
+                   score_, plan_fn, bwd)                                       \
+  FA_CPU_IF_##isa({{.name = "cpu." #isa "." #products,                         \
+                    .supports = (supports_), .score = (score_),                \
+                    .plan = plan_##isa, .forward = forward_##isa,              \
+                    .backward = FA_CPU_BWD_##bwd(isa)},                        \
+                   #isa, #family, "cpu-" #isa, level_, probe_##isa},)
 #include "cpu_isas.def"
 #undef FA_CPU_ISA
 };
 // clang-format on
 
-#define FA_CPU_NUM_KERNELS (int)(sizeof cpu_kernels / sizeof cpu_kernels[0])
+#define FA_CPU_NUM_ROWS (int)(sizeof cpu_rows / sizeof cpu_rows[0])
 
-static fa_backend cpu_backend_list[FA_CPU_NUM_KERNELS];
-static const fa_backend *cpu_backend_ptrs[FA_CPU_NUM_KERNELS];
+/* The backend's tables, filled once from the rows (below). */
+static fa_kernel cpu_kernels[FA_CPU_NUM_ROWS];
+static fa_backend_alias cpu_aliases[2 * FA_CPU_NUM_ROWS];
+static char cpu_why[FA_CPU_NUM_ROWS][160]; // why a row does not run here
+static int cpu_none;                       // no row runs: the probe says why
 
-/* The backends, assembled from the rows at the first call (the registry
-   makes it once, under its pthread_once). */
-const fa_backend *const *fa_cpu_backends(int *count) {
-  static int n;
-  if (n == 0) {
-    int first = 0;
-    for (int i = 0; i < FA_CPU_NUM_KERNELS; i++) {
-      const cpu_row *r = &cpu_rows[i];
-      if (strcmp(r->name, r->host) != 0) continue; // extends a later row
-      cpu_backend_list[n] = (fa_backend){
-          .api_version = FA_BACKEND_API_VERSION,
-          .name = r->backend_name,
-          .kind = FA_BACKEND_CPU,
-          .rank = r->rank,
-          .memory_space = FA_MEMORY_HOST,
-          .probe = r->probe,
-          .context_create = cpu_context_create,
-          .context_destroy = cpu_context_destroy,
-          .set_threads = cpu_set_threads,
-          .set_stream = NULL,
-          .mem_alloc = fa_host_mem_alloc,
-          .mem_free = fa_host_mem_free,
-          .copy_to_device = fa_host_copy,
-          .copy_to_host = fa_host_copy,
-          .synchronize = fa_host_synchronize,
-          .merge_states = fa_host_merge_states,
-          .kernels = cpu_kernels + first,
-          .num_kernels = i + 1 - first,
-      };
-      cpu_backend_ptrs[n] = &cpu_backend_list[n];
-      n++;
-      first = i + 1;
+static int cpu_probe(char *why, size_t len) {
+  if (cpu_none) (void)snprintf(why, len, "%s", cpu_why[FA_CPU_NUM_ROWS - 1]);
+  return !cpu_none;
+}
+
+static int log_offers(void) {
+  const char *log = fa_config_string("FA_LOG"); // (the registry is not up)
+  return log && strstr(log, "dispatch");
+}
+
+/* The kernels of the rows this CPU runs (and FA_CPU_MAX_ISA allows), in
+   table order. A family head's alias "cpu-<isa>" starts at the first kernel
+   of its level or below (levels fall down the table); a row that does not
+   run here keeps its names known with the reason, so binding them says
+   why rather than "unknown". */
+static void cpu_assemble(fa_backend *b) {
+  int runs[FA_CPU_NUM_ROWS], level[FA_CPU_NUM_ROWS], nk = 0, na = 0;
+  for (int i = 0; i < FA_CPU_NUM_ROWS; i++) {
+    const cpu_row *r = &cpu_rows[i];
+    runs[i] = r->probe(cpu_why[i], sizeof cpu_why[i]);
+    if (!runs[i] && log_offers())
+      fa_log("backend cpu: no kernel %s: %s", r->kernel.name, cpu_why[i]);
+    if (runs[i]) {
+      level[nk] = r->level;
+      cpu_kernels[nk++] = r->kernel;
     }
   }
-  *count = n;
-  return cpu_backend_ptrs;
+  for (int i = 0; i < FA_CPU_NUM_ROWS; i++) {
+    const cpu_row *r = &cpu_rows[i];
+    if (!runs[i])
+      cpu_aliases[na++] = (fa_backend_alias){r->kernel.name, -1, cpu_why[i]};
+    if (strcmp(r->isa, r->family) != 0) continue;
+    int first = 0;
+    while (first < nk && level[first] > r->level) first++;
+    cpu_aliases[na++] =
+        (fa_backend_alias){r->alias, runs[i] ? first : -1, cpu_why[i]};
+  }
+  cpu_none = nk == 0;
+  b->kernels = cpu_kernels;
+  b->num_kernels = nk;
+  b->aliases = cpu_aliases;
+  b->num_aliases = na;
+}
+
+static fa_backend cpu_backend = {
+    .api_version = FA_BACKEND_API_VERSION,
+    .name = "cpu",
+    .kind = FA_BACKEND_CPU,
+    .rank = 10,
+    .memory_space = FA_MEMORY_HOST,
+    .probe = cpu_probe,
+    .context_create = cpu_context_create,
+    .context_destroy = cpu_context_destroy,
+    .set_threads = cpu_set_threads,
+    .set_stream = NULL,
+    .mem_alloc = fa_host_mem_alloc,
+    .mem_free = fa_host_mem_free,
+    .copy_to_device = fa_host_copy,
+    .copy_to_host = fa_host_copy,
+    .synchronize = fa_host_synchronize,
+    .merge_states = fa_host_merge_states,
+};
+static const fa_backend *const cpu_backend_list[] = {&cpu_backend};
+
+/* The backend, assembled at the first call (the registry makes it once,
+   under its pthread_once). */
+const fa_backend *const *fa_cpu_backends(int *count) {
+  static int done;
+  if (!done) cpu_assemble(&cpu_backend);
+  done = 1;
+  *count = 1;
+  return cpu_backend_list;
 }

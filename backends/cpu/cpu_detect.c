@@ -168,34 +168,34 @@ int fa_cpu_neon_usable(char *why, size_t len) {
 }
 
 typedef struct isa_row {
-  const char *name, *host;
+  const char *name, *family;
   int level;
   int (*usable)(char *why, size_t len);
 } isa_row;
 
 static const isa_row isa_rows[] = {
-#define FA_CPU_ISA(name, host, vec, rank, level, usable, ...)                  \
-  {#name, #host, level, usable},
+#define FA_CPU_ISA(name, family, products, vec, level, usable, ...)            \
+  {#name, #family, level, usable},
 #include "cpu_isas.def"
 #undef FA_CPU_ISA
 };
 
 const char *fa_cpu_isa_name(fa_cpu_isa isa) { return isa_rows[isa].name; }
 
-/* The FA_CPU_MAX_ISA names: the rows that open a backend. */
-static int caps_backend(const isa_row *r) {
-  return strcmp(r->name, r->host) == 0;
+/* The FA_CPU_MAX_ISA names: the rows that head a family. */
+static int heads_family(const isa_row *r) {
+  return strcmp(r->name, r->family) == 0;
 }
 
 /* FA_CPU_MAX_ISA=cap's level, or -1 with why (the names it may take). */
 static int cap_level(const char *cap, char *why, size_t len) {
   for (int i = 0; i < FA_CPU_NUM_ISAS; i++)
-    if (caps_backend(&isa_rows[i]) && strcmp(cap, isa_rows[i].name) == 0)
+    if (heads_family(&isa_rows[i]) && strcmp(cap, isa_rows[i].name) == 0)
       return isa_rows[i].level;
   int at = snprintf(why, len, "FA_CPU_MAX_ISA=%s is not one of", cap);
   const char *sep = " ";
   for (int i = 0; i < FA_CPU_NUM_ISAS && at >= 0 && (size_t)at < len; i++)
-    if (caps_backend(&isa_rows[i])) {
+    if (heads_family(&isa_rows[i])) {
       at += snprintf(why + at, len - (size_t)at, "%s%s", sep, isa_rows[i].name);
       sep = ", ";
     }

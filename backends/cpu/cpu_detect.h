@@ -18,7 +18,7 @@ const char *fa_cpu_isa_name(fa_cpu_isa isa);
 
 /* The table's detection predicates (without the FA_CPU_MAX_ISA cap, which
    fa_cpu_isa_usable adds): 1 if the row runs here, else 0 and why. */
-#define FA_CPU_ISA(name, host, vec, rank, level, usable, ...)                  \
+#define FA_CPU_ISA(name, family, products, vec, level, usable, ...)            \
   int usable(char *why, size_t len);
 #include "cpu_isas.def"
 #undef FA_CPU_ISA

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Shared pieces of the CPU backends: per-context state (threads, scratch)
+// Shared pieces of the CPU kernels: per-context state (threads, scratch)
 // and tile loaders that widen any storage type to fp32 working tiles.
 #ifndef FA_CPU_INTERNAL_H
 #define FA_CPU_INTERNAL_H

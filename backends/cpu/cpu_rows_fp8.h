@@ -21,7 +21,7 @@
 #define FA_FP8_ROWS 1
 #endif
 
-/* Most keys of one block whose row offsets are kept (cpu.amxbf16 plans
+/* Most keys of one block whose row offsets are kept (cpu.amxbf16.bf16 plans
    blocks of 256). */
 #define FA_FP8_ROW_KEYS 256
 

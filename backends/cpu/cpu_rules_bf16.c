@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The rules of the bf16 product kernels (cpu.avx512bf16, cpu.amxbf16):
-// which problems they take, how they score and plan. Baseline flags.
+// The rules of the bf16 product kernels (cpu.avx512bf16.bf16,
+// cpu.amxbf16.bf16): which problems they take, how they score and plan.
+// Baseline flags.
 #include <stdio.h>
 
 #include "cpu_detect.h"
@@ -9,7 +10,7 @@
 #include "registry.h" // fa_log: the measured rates behind a score
 
 /* The bf16 product kernels multiply the stored values: bf16 inputs without
-   descales (cpu.avx512 widens, then descales). */
+   descales (cpu.avx512.f32 widens, then descales). */
 static int stored_bf16(const fa_problem *p, const char *unit, char *why,
                        size_t len) {
   if (p->dtype != FA_BF16) {
@@ -20,7 +21,7 @@ static int stored_bf16(const fa_problem *p, const char *unit, char *why,
   if (p->descaled) {
     (void)snprintf(why, len,
                    "descaled inputs (%s multiplies the stored values; "
-                   "cpu.avx512 descales as it widens)",
+                   "cpu.avx512.f32 descales as it widens)",
                    unit);
     return 0;
   }
@@ -36,16 +37,17 @@ int fa_cpu_bf16_supports(const fa_kernel_query *q, char *why, size_t len) {
 
 /* Chosen by measured rate, not by ISA name: vdpbf16ps retires twice the
    fp32 FMA FLOPs on some cores (Zen 4) and half on others (Sapphire
-   Rapids), where widening to fp32 (cpu.avx512, score 0) is faster. */
+   Rapids), where widening to fp32 (cpu.avx512.f32, score 0) is faster. */
 int fa_cpu_bf16_score(const fa_kernel_query *q) {
   double dp, fma;
   fa_cpu_bf16_rates(&dp, &fma);
   const int sc = dp > fma ? 1 : -1;
   if (fa_log_dispatch())
-    fa_log("  cpu.avx512bf16: vdpbf16ps measured %.0f GFLOP/s, fp32 FMA %.0f "
-           "on this core: score %d (%s)",
-           dp * 1e-9, fma * 1e-9, sc,
-           sc > 0 ? "bf16 products are faster" : "widening to fp32 is faster");
+    fa_log(
+        "  cpu.avx512bf16.bf16: vdpbf16ps measured %.0f GFLOP/s, fp32 FMA %.0f "
+        "on this core: score %d (%s)",
+        dp * 1e-9, fma * 1e-9, sc,
+        sc > 0 ? "bf16 products are faster" : "widening to fp32 is faster");
   return sc;
 }
 
@@ -70,7 +72,7 @@ int fa_cpu_amx_supports(const fa_kernel_query *q, char *why, size_t len) {
    deep per load and store of its O tiles instead of 2 at 64 keys, and O is
    rescaled a quarter as often (the tile products are ~15x the vector
    rate, so what surrounds them is the cost). The backward's tiles hold
-   one head each (no GQA packing), as cpu.avx512's, and up to 256 rows:
+   one head each (no GQA packing), as cpu.avx512.f32's, and up to 256 rows:
    dV and dK then add 8 pair tiles per load and store of their C tiles
    (bench/NOTES.md: 107 ms against 134 at 128 rows, d128 s2048). */
 fa_status fa_cpu_amx_plan(const fa_kernel_query *q, fa_plan_data *plan,

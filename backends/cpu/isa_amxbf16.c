@@ -2,7 +2,7 @@
 // The CPU kernels for AMX-BF16: the avx512bf16 build of the kernel body with
 // its bf16 tile products on AMX tiles (amx/amx_step.h), its dense forward
 // items (amx/amx_item.h) and its backward blocks (amx/amx_bwd.h) on tiles
-// of their own layout: the kernel table's cpu.amxbf16, bf16 only.
+// of their own layout: the kernel table's cpu.amxbf16.bf16, bf16 only.
 #define FA_ISA_SUFFIX amxbf16
 #define FA_HAVE_DPBF16 1
 #define FA_TILE_STEP_HEADER "amx/amx_step.h"

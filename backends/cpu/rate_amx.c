@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cpu.amxbf16's score, by measured rate: TDPBF16PS against fp32 FMAs on
+// cpu.amxbf16.bf16's score, by measured rate: TDPBF16PS against fp32 FMAs on
 // this core. The forward's tiles run at a fraction of the AMX rate (the
 // softmax between the products is vector work) and the backward's at less
 // (five products and two recomputed ones around vector work and packing),
@@ -31,8 +31,8 @@ static double amx_rate(void) {
   return rate_amx;
 }
 
-/* The least AMX / fp32 FMA rate ratio at which cpu.amxbf16 beats
-   cpu.avx512 (widening to fp32), from their shares of those rates on the
+/* The least AMX / fp32 FMA rate ratio at which cpu.amxbf16.bf16 beats
+   cpu.avx512.f32 (widening to fp32), from their shares of those rates on the
    Intel AMX machine (bench/NOTES.md, d128 s2048, 1 core): forward 17.7%
    of the AMX rate against 59.7% of the FMA rate, backward 13.1% against
    40.6%. */
@@ -46,9 +46,10 @@ int fa_cpu_amx_score(const fa_kernel_query *q) {
   if (fa_cpu_has_avx512bf16()) fa_cpu_bf16_rates(&dp, &fma);
   const int sc = fma <= 0.0 || amx > need * fma ? 2 : -1;
   if (fa_log_dispatch())
-    fa_log("  cpu.amxbf16: TDPBF16PS measured %.0f GFLOP/s, fp32 FMA %.0f on "
-           "this core (%s needs %.1fx): score %d (%s)",
-           amx * 1e-9, fma * 1e-9, bwd ? "the backward" : "the forward", need,
-           sc, sc > 0 ? "AMX tiles are faster" : "widening to fp32 is faster");
+    fa_log(
+        "  cpu.amxbf16.bf16: TDPBF16PS measured %.0f GFLOP/s, fp32 FMA %.0f on "
+        "this core (%s needs %.1fx): score %d (%s)",
+        amx * 1e-9, fma * 1e-9, bwd ? "the backward" : "the forward", need, sc,
+        sc > 0 ? "AMX tiles are faster" : "widening to fp32 is faster");
   return sc;
 }

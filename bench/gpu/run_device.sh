@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # One call on the lent GPU machine: build there (16 cores; sm_90a device
-# code only, cpu-scalar as the CPU reference: the image has no SLEEF), then
+# code only, cpu.scalar.f32 as the CPU reference: the image has no SLEEF), then
 # the steps named in STEPS (default: all of them), each under its own time
 # limit, logs under OUT_DIR (default $OUT, else build-dev/run). The last
 # lines are a short summary.

@@ -215,13 +215,23 @@ def test_small_call_path_matches_general_path():
         check(a, ref.attention(q, k, v, causal=1)[0])
 
 
-@pytest.mark.parametrize("name", ["cpu-scalar", "cpu"])
+@pytest.mark.parametrize("name", ["cpu", "cpu-scalar", "cpu.scalar.f32"])
 def test_backend_choice(name):
+    # The backend, the backend capped at an ISA, one kernel: all exist here.
     q, k, v = qkv()
-    if name not in fa.backends() and name != "cpu":
-        pytest.skip("%s is not usable here" % name)
     o = fa.attention(q, k, v, backend=name)
     check(o, ref.attention(q, k, v)[0])
+    plan = fa.describe(q, k, v, backend=name)
+    assert "backend=cpu " in plan
+    if name != "cpu":
+        assert "kernel=cpu.scalar.f32 " in plan
+
+
+def test_backend_unknown_lists_names():
+    q, k, v = qkv()
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.attention(q, k, v, backend="cpu.avx2")   # the 0.2 kernel spelling
+    assert "cpu.scalar.f32" in str(e.value) and "cpu-scalar" in str(e.value)
 
 
 def test_threads():
@@ -451,7 +461,7 @@ def test_struct_size_guard():
 # ---- introspection ------------------------------------------------------------------
 def test_backends_explain_describe():
     names = fa.backends()
-    assert names and "cpu-scalar" in names
+    assert names and "cpu" in names and not any("-" in n for n in names)
     q, k, v = qkv()
     text = fa.explain(q, k, v, causal=True)
     assert "taken" in text and "causal=1" in text

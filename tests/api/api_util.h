@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "flashattn.h"
+#include "ts_kernels.h"
 #include "ts_problem.h"
 
 UT_UNUSED static int au_is_ident(char c) {
@@ -173,6 +174,34 @@ UT_UNUSED static void au_fill_uniform(float *x, size_t n, double lo,
 // A dense BSHD fp32 view of buffer p: [.., seq, heads, dim].
 UT_UNUSED static fa_tensor au_bshd(void *p, int seq, int heads, int dim) {
   return ts_bshd(p, FA_F32, seq, heads, dim);
+}
+
+// The kernel ctx plans for a small dense forward of dtype (f32 or bf16;
+// the data is never read), as fa_plan_describe names it, into name; "" with
+// the reason printed when the plan fails.
+UT_UNUSED static const char *au_kernel_taken(fa_context *ctx, fa_dtype dtype,
+                                             char *name, size_t len) {
+  static float data[4][2 * 16 * 2 * 64]; // b 2, s 16, h 2, d 64
+  fa_attention a;
+  fa_attention_init(&a);
+  a.batch = 2;
+  a.seqlen_q = a.seqlen_k = 16;
+  a.heads_q = a.heads_kv = 2;
+  a.head_dim = a.head_dim_v = 64;
+  fa_tensor t[4];
+  for (int i = 0; i < 4; i++) t[i] = ts_bshd(data[i], dtype, 16, 2, 64);
+  fa_plan *plan = NULL;
+  name[0] = '\0';
+  if (fa_plan_create(ctx, &a, t[0], t[1], t[2], t[3], &plan) != FA_OK) {
+    fprintf(stderr, "au_kernel_taken: %s\n", fa_last_error());
+    return name;
+  }
+  char text[1024];
+  fa_plan_describe(plan, text, sizeof text);
+  fa_plan_destroy(plan);
+  const char *k = strstr(text, "kernel=");
+  if (k) (void)snprintf(name, len, "%.*s", (int)strcspn(k + 7, " "), k + 7);
+  return name;
 }
 
 #endif

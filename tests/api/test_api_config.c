@@ -7,12 +7,15 @@
 //   config   FA_LOG=config FLASHATTN_BACKEND=cpu-scalar (set by CTest):
 //            the first use prints the configuration table to stderr, with
 //            FA_BACKEND's value coming from the old name; the old name
-//            still forces the backend; no dispatch lines (config only);
-//            the table is read once (a later setenv changes nothing).
+//            still binds (the cpu backend capped at cpu.scalar.f32); no
+//            dispatch lines (config only); the table is read once (a later
+//            setenv changes nothing).
 //   alias    FLASHATTN_BACKEND=no-such-backend: AUTO fails with
 //            FA_ERR_NO_DEVICE naming the variable the name came from.
 //   both     FA_BACKEND=cpu-scalar FLASHATTN_BACKEND=no-such-backend: the
 //            new name wins.
+//   kernel   FA_BACKEND=cpu.scalar.f32: a kernel name binds AUTO contexts to
+//            that kernel.
 // Each mode sets its variables itself too (before the library's first use)
 // so that the binary can be run by hand.
 #define _POSIX_C_SOURCE 200809L
@@ -24,6 +27,19 @@
 static void need_env(const char *name, const char *value) {
   const char *v = getenv(name);
   if (!v || strcmp(v, value) != 0) setenv(name, value, 1);
+}
+
+/* A context bound to cpu-scalar (or its kernel) is the cpu backend whose
+   f32 and bf16 problems both plan on cpu.scalar.f32 (no bf16 kernel is at
+   or below scalar). */
+static void expect_scalar(fa_context *c, const char *what) {
+  char k[64];
+  CHECK(strcmp(fa_context_backend(c), "cpu") == 0, "%s: backend %s", what,
+        fa_context_backend(c));
+  CHECK(strcmp(au_kernel_taken(c, FA_F32, k, sizeof k), "cpu.scalar.f32") == 0,
+        "%s: f32 planned on \"%s\", not cpu.scalar.f32", what, k);
+  CHECK(strcmp(au_kernel_taken(c, FA_BF16, k, sizeof k), "cpu.scalar.f32") == 0,
+        "%s: bf16 planned on \"%s\", not cpu.scalar.f32", what, k);
 }
 
 static int mode_version(void) {
@@ -42,8 +58,9 @@ static int mode_version(void) {
            FA_VERSION_PATCH);
   CHECK(strcmp(fa_version(), v) == 0, "fa_version() = %s, expected %s",
         fa_version(), v);
-  static const char *names[] = {"cpu-scalar:1", "cpu.scalar:1", "cpu-scalar:7"};
-  for (int i = 0; i < 3; i++) {
+  static const char *names[] = {"cpu:1", "cpu-scalar:1", "cpu.scalar.f32:1",
+                                "cpu-scalar:7"};
+  for (int i = 0; i < 4; i++) {
     fa_context *const sentinel = (fa_context *)(uintptr_t)0x99;
     fa_context *c = sentinel;
     fa_status s = fa_context_create_by_name(&c, names[i]);
@@ -85,9 +102,7 @@ static int mode_config(void) {
   fclose(tmp);
   printf("captured stderr:\n%s", log);
   EXPECT_OK("AUTO with FLASHATTN_BACKEND=cpu-scalar", s);
-  if (!s)
-    CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
-          "the old name did not force the backend: %s", fa_context_backend(c));
+  if (!s) expect_scalar(c, "the old variable name");
   fa_context_destroy(c);
   CHECK(strstr(log, "configuration") != NULL, "no configuration table");
   CHECK(strstr(log, "FA_BACKEND=cpu-scalar (from FLASHATTN_BACKEND)") != NULL,
@@ -105,9 +120,7 @@ static int mode_config(void) {
   c = NULL;
   s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
   EXPECT_OK("AUTO after the environment changed", s);
-  if (!s)
-    CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
-          "the table was read again: %s", fa_context_backend(c));
+  if (!s) expect_scalar(c, "the table read again");
   fa_context_destroy(c);
   return ut_finish("test_api_config config");
 }
@@ -125,18 +138,28 @@ static int mode_alias(void) {
   return ut_finish("test_api_config alias");
 }
 
+/* An AUTO context (under the variables the mode set) is bound to scalar. */
+static int auto_is_scalar(const char *what, const char *mode) {
+  fa_context *c = NULL;
+  fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
+  EXPECT_OK(what, s);
+  if (!s) {
+    expect_scalar(c, what);
+    fa_context_destroy(c);
+  }
+  return ut_finish(mode);
+}
+
 static int mode_both(void) {
   need_env("FA_BACKEND", "cpu-scalar");
   need_env("FLASHATTN_BACKEND", "no-such-backend");
-  fa_context *c = NULL;
-  fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
-  EXPECT_OK("AUTO with FA_BACKEND and FLASHATTN_BACKEND", s);
-  if (!s) {
-    CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
-          "FA_BACKEND did not win: %s", fa_context_backend(c));
-    fa_context_destroy(c);
-  }
-  return ut_finish("test_api_config both");
+  return auto_is_scalar("FA_BACKEND over FLASHATTN_BACKEND",
+                        "test_api_config both");
+}
+
+static int mode_kernel(void) {
+  need_env("FA_BACKEND", "cpu.scalar.f32");
+  return auto_is_scalar("FA_BACKEND=cpu.scalar.f32", "test_api_config kernel");
 }
 
 int main(int argc, char **argv) {
@@ -145,6 +168,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "config")) return mode_config();
   if (!strcmp(mode, "alias")) return mode_alias();
   if (!strcmp(mode, "both")) return mode_both();
-  fprintf(stderr, "usage: %s version|config|alias|both\n", argv[0]);
+  if (!strcmp(mode, "kernel")) return mode_kernel();
+  fprintf(stderr, "usage: %s version|config|alias|both|kernel\n", argv[0]);
   return 2;
 }

@@ -113,13 +113,15 @@ static void test_contexts(void) {
   // Backend listing.
   int n = fa_backend_count();
   CHECK(n >= 1, "fa_backend_count %d", n);
-  int scalar = 0;
+  int cpu = 0;
   for (int i = 0; i < n; i++) {
     const char *name = fa_backend_name(i);
     CHECK(name && *name, "fa_backend_name(%d) empty", i);
-    if (name && strcmp(name, "cpu-scalar") == 0) scalar = 1;
+    // Backends are runtimes: one "cpu", whatever ISAs it has.
+    if (name && strcmp(name, "cpu") == 0) cpu++;
+    CHECK(!name || !strchr(name, '-'), "backend %s is not a runtime", name);
   }
-  CHECK(scalar, "cpu-scalar is not among the %d usable backends", n);
+  CHECK(cpu == 1, "cpu is %d of the %d usable backends", cpu, n);
   CHECK(fa_backend_name(n) == NULL, "fa_backend_name(count) not NULL");
   CHECK(fa_backend_name(-1) == NULL, "fa_backend_name(-1) not NULL");
   CHECK(strcmp(fa_context_backend(NULL), "") == 0,
@@ -297,9 +299,9 @@ static void test_explain(void) {
     CHECK(line[0] != '\0', "explain has no line for backend %s", name);
   }
   char line[512];
-  line_of(buf, "cpu-scalar", line, sizeof line);
+  line_of(buf, "cpu cpu.scalar.f32:", line, sizeof line);
   CHECK(line[0] && !strstr(line, "skipped:"),
-        "cpu-scalar skips a problem it supports: \"%s\"", line);
+        "cpu.scalar.f32 skips a problem it supports: \"%s\"", line);
 
   CHECK(fa_explain(&a, FA_F32, NULL, 0) == n, "explain length query");
   char small[10];
@@ -311,10 +313,10 @@ static void test_explain(void) {
   a.head_dim = 600;
   n = fa_explain(&a, FA_F32, buf, sizeof buf);
   printf("explain (head_dim 600):\n%s", buf);
-  line_of(buf, "cpu-scalar", line, sizeof line);
+  line_of(buf, "cpu cpu.scalar.f32:", line, sizeof line);
   CHECK(strstr(line, "skipped") != NULL && strstr(line, "head_dim") &&
             strstr(line, "600"),
-        "cpu-scalar line for head_dim 600: \"%s\"", line);
+        "cpu.scalar.f32 line for head_dim 600: \"%s\"", line);
 
   a.head_dim = 64;
   a.batch = -1;

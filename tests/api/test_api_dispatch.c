@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Dispatch is never silent and can be steered from the environment:
 //   log          FA_LOG=dispatch prints every candidate, taken or skipped
-//                with its reason, to stderr;
-//   force        FLASHATTN_BACKEND=cpu-scalar binds AUTO contexts to it;
+//                with its reason, to stderr; a kernel chosen by measured
+//                rates says the rates;
+//   force        FLASHATTN_BACKEND=cpu-scalar binds AUTO contexts to the
+//                cpu backend capped at cpu.scalar.f32, and explain says so;
 //   nonexistent  FLASHATTN_BACKEND=<unknown> makes AUTO fail with
 //                FA_ERR_NO_DEVICE and a message naming it.
 // CTest sets the variables; each mode also sets them itself before the
@@ -51,6 +53,29 @@ static void log_body(void) {
   (void)tiny_forward(c, 8);
   (void)tiny_forward(c, 600);
   fa_context_destroy(c);
+  // The cpu backend's choices (AUTO may be a GPU's): f32, a head dim no
+  // kernel takes, and bf16, which a kernel scoring by measured rates may
+  // take.
+  if (fa_context_create(&c, FA_BACKEND_CPU, 0) != FA_OK) return;
+  (void)tiny_forward(c, 600);
+  char k[64];
+  (void)au_kernel_taken(c, FA_F32, k, sizeof k);
+  (void)au_kernel_taken(c, FA_BF16, k, sizeof k);
+  fa_context_destroy(c);
+}
+
+/* The line of log that contains both a and b, or "" (into line). */
+static const char *line_with(const char *log, const char *a, const char *b,
+                             char *line, size_t len) {
+  for (const char *ln = log; ln && *ln;) {
+    const char *eol = strchr(ln, '\n');
+    size_t n = eol ? (size_t)(eol - ln) : strlen(ln);
+    (void)snprintf(line, len, "%.*s", (int)n, ln);
+    if (strstr(line, a) && strstr(line, b)) return line;
+    ln = eol ? eol + 1 : NULL;
+  }
+  line[0] = '\0';
+  return line;
 }
 
 static int mode_log(void) {
@@ -66,21 +91,20 @@ static int mode_log(void) {
   // A line that takes cpu-scalar (or the best backend) for head_dim 8...
   CHECK(strstr(log, "taken") != NULL, "no 'taken' line in the dispatch log");
   // ...and a line that skips it for head_dim 600, with the reason.
-  int skip_line = 0;
-  for (const char *ln = log; ln && *ln;) {
-    const char *eol = strchr(ln, '\n');
-    char line[512];
-    size_t n = eol ? (size_t)(eol - ln) : strlen(ln);
-    if (n >= sizeof line) n = sizeof line - 1;
-    memcpy(line, ln, n);
-    line[n] = '\0';
-    if (strstr(line, "skip") && strstr(line, "head_dim") &&
-        strstr(line, "600") && strstr(line, "cpu"))
-      skip_line = 1;
-    ln = eol ? eol + 1 : NULL;
+  char line[512];
+  CHECK(*line_with(log, "skipped: head_dim 600", "cpu cpu.", line, sizeof line),
+        "no line skips a CPU kernel for head_dim 600 with the reason");
+  // The taken line names the kernel, cpu.<isa>.<dtype>.
+  CHECK(*line_with(log, "cpu cpu.", ".f32: taken", line, sizeof line),
+        "no line takes a cpu.<isa>.f32 kernel");
+  // A kernel chosen by measured rates (vdpbf16ps against fp32 FMAs) says
+  // the rates and its score, by its name.
+  if (strstr(log, "cpu cpu.avx512bf16.bf16: accepts")) {
+    CHECK(*line_with(log, "cpu.avx512bf16.bf16: vdpbf16ps measured", "GFLOP/s",
+                     line, sizeof line) &&
+              strstr(line, "score"),
+          "the bf16 score's reason is not logged with the kernel and rate");
   }
-  CHECK(skip_line, "no line skips a CPU backend for head_dim 600 with the "
-                   "reason");
   // AUTO binds the best-ranked backend.
   fa_context *c = NULL;
   if (fa_context_create(&c, FA_BACKEND_AUTO, 0) == FA_OK) {
@@ -100,8 +124,12 @@ static int mode_force(void) {
   fa_status s = fa_context_create(&c, FA_BACKEND_AUTO, 0);
   EXPECT_OK("AUTO with FLASHATTN_BACKEND=cpu-scalar", s);
   if (s == FA_OK) {
-    CHECK(strcmp(fa_context_backend(c), "cpu-scalar") == 0,
-          "forced context uses %s", fa_context_backend(c));
+    char k[64];
+    CHECK(strcmp(fa_context_backend(c), "cpu") == 0, "forced context uses %s",
+          fa_context_backend(c));
+    CHECK(strcmp(au_kernel_taken(c, FA_BF16, k, sizeof k), "cpu.scalar.f32") ==
+              0,
+          "bf16 under cpu-scalar plans on %s", k);
     EXPECT_OK("forced forward", tiny_forward(c, 8));
     // Forcing never falls back: head_dim 600 stays unsupported.
     s = tiny_forward(c, 600);
@@ -116,8 +144,19 @@ static int mode_force(void) {
   a.head_dim = 8;
   fa_explain(&a, FA_F32, buf, sizeof buf);
   printf("explain:\n%s", buf);
-  CHECK(strstr(buf, "cpu-scalar") && strstr(buf, "taken"),
+  CHECK(strstr(buf, "cpu cpu.scalar.f32: taken"),
         "explain under FLASHATTN_BACKEND=cpu-scalar: %s", buf);
+  // The kernels above the cap are there, left out by the variable.
+  for (int i = 0; i < 2; i++) {
+    static const char *above[] = {"cpu.avx512.f32", "cpu.avx2.f32"};
+    fa_context *ck = NULL;
+    if (fa_context_create_by_name(&ck, above[i]) != FA_OK) continue;
+    fa_context_destroy(ck);
+    char line[512];
+    CHECK(*line_with(buf, above[i], "FA_BACKEND leaves it out", line,
+                     sizeof line),
+          "explain does not say FA_BACKEND leaves %s out: %s", above[i], buf);
+  }
   return ut_finish("test_api_dispatch force");
 }
 
@@ -137,6 +176,12 @@ static int mode_nonexistent(void) {
         "message \"%s\" does not say where the name came from",
         fa_last_error());
   CHECK(c == sentinel, "ctx written by a failing create");
+  // An unknown name lists the names there are: the backend, the cap, the
+  // reference kernel.
+  CHECK(strstr(fa_last_error(), "cpu, ") &&
+            strstr(fa_last_error(), "cpu-scalar") &&
+            strstr(fa_last_error(), "cpu.scalar.f32"),
+        "message \"%s\" does not list the names there are", fa_last_error());
   if (s == FA_OK) fa_context_destroy(c);
   return ut_finish("test_api_dispatch nonexistent");
 }

@@ -16,7 +16,7 @@ static fa_attention base;
 static fa_tensor tq, tk, tv, to;
 
 static void setup(void) {
-  ctx = au_context_or_skip("cpu-scalar");
+  ctx = au_context_or_skip("cpu.scalar.f32");
   au_alloc(&qb, NQ * sizeof(float));
   au_alloc(&kb, NK * sizeof(float));
   au_alloc(&vb, NK * sizeof(float));
@@ -361,7 +361,7 @@ static void test_paged(void) {
 }
 
 static void test_unsupported(void) {
-  // cpu-scalar runs head dims 1..512: 600 is valid but unsupported.
+  // cpu.scalar.f32 runs head dims 1..512: 600 is valid but unsupported.
   enum { BD = 600 };
   au_buf q, k, v, o, l;
   au_alloc(&q, 2 * BD * sizeof(float));
@@ -378,8 +378,8 @@ static void test_unsupported(void) {
   fa_status s =
       fa_forward(ctx, &a, au_bshd(q.p, 2, 1, BD), au_bshd(k.p, 3, 1, BD),
                  au_bshd(v.p, 3, 1, BD), au_bshd(o.p, 2, 1, BD), l.p);
-  EXPECT_FAIL("head_dim 600 on cpu-scalar", s, FA_ERR_UNSUPPORTED, "head_dim",
-              "600");
+  EXPECT_FAIL("head_dim 600 on cpu.scalar.f32", s, FA_ERR_UNSUPPORTED,
+              "head_dim", "600");
   CHECK(au_changed(&o) < 0 && au_changed(&l) < 0,
         "unsupported problem: output written");
   // The same through an AUTO context: no backend here may claim it.
@@ -400,7 +400,7 @@ static void test_unsupported(void) {
   a.head_dim_v = BD;
   s = fa_forward(ctx, &a, au_bshd(q.p, 2, 1, 4), au_bshd(k.p, 3, 1, 4),
                  au_bshd(v.p, 3, 1, BD), au_bshd(o.p, 2, 1, BD), l.p);
-  EXPECT_FAIL("head_dim_v 600 on cpu-scalar", s, FA_ERR_UNSUPPORTED,
+  EXPECT_FAIL("head_dim_v 600 on cpu.scalar.f32", s, FA_ERR_UNSUPPORTED,
               "head_dim_v", "600");
   CHECK(au_changed(&o) < 0 && au_changed(&l) < 0,
         "unsupported head_dim_v: output written");

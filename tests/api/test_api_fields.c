@@ -25,7 +25,7 @@ static fa_attention base;
 static fa_tensor tq, tk, tv, to, tdo, tdq, tdk, tdv;
 
 static void setup(void) {
-  ctx = au_context_or_skip("cpu-scalar");
+  ctx = au_context_or_skip("cpu.scalar.f32");
   au_buf *all[] = {&qb, &kb, &vb, &ob, &dob, &lb, &dqb, &dkb, &dvb, &dsb};
   const size_t n[] = {NQ, NK, NK, NQ, NQ, NL, NQ, NK, NK, HQ};
   for (int i = 0; i < 10; i++) au_alloc(all[i], n[i] * sizeof(float));

@@ -270,8 +270,11 @@ int main(void) {
   int ran = 0;
   for (int i = 0; i < fa_backend_count(); i++)
     ran += codes_on(fa_backend_name(i));
-  // The kernel that cpu.avx512bf16 shadows for bf16, by name.
-  ran += codes_on("cpu.avx512");
+  // And every CPU kernel that takes FP8, by name (the best would shadow
+  // the others).
+  static char kernels[16][64];
+  const int nk = ts_kernels_accepting("cpu", FA_E4M3, kernels, 16);
+  for (int i = 0; i < nk; i++) ran += codes_on(kernels[i]);
   if (!ran) {
     printf("SKIP: no backend runs FP8 here\n");
     return 77;

@@ -225,12 +225,12 @@ static const struct {
   const char *words, *value;
   int head_dim;
 } specific[] = {
-    {"cpu.avx512bf16", FA_F32, 0, "dtype bf16", "f32"},
-    {"cpu.avx512bf16", FA_F16, 0, "dtype bf16", "f16"},
-    {"cpu.avx512bf16", FA_BF16, 1, "descaled", NULL},
-    {"cpu.amxbf16", FA_F32, 0, "dtype bf16", "f32"},
-    {"cpu.amxbf16", FA_BF16, 1, "descaled", NULL},
-    {"cpu.amxbf16", FA_BF16, 0, "head_dim", "48", 48},
+    {"cpu.avx512bf16.bf16", FA_F32, 0, "dtype bf16", "f32"},
+    {"cpu.avx512bf16.bf16", FA_F16, 0, "dtype bf16", "f16"},
+    {"cpu.avx512bf16.bf16", FA_BF16, 1, "descaled", NULL},
+    {"cpu.amxbf16.bf16", FA_F32, 0, "dtype bf16", "f32"},
+    {"cpu.amxbf16.bf16", FA_BF16, 1, "descaled", NULL},
+    {"cpu.amxbf16.bf16", FA_BF16, 0, "head_dim", "48", 48},
 };
 
 static int test_kernel(const fa_backend *be, const fa_kernel *k) {

@@ -195,8 +195,8 @@ static void test_plan(int bwd) {
 }
 
 int main(void) {
-  if (fa_context_create_by_name(&ctx, "cpu-scalar")) {
-    fprintf(stderr, "cpu-scalar unavailable: %s\n", fa_last_error());
+  if (fa_context_create_by_name(&ctx, "cpu.scalar.f32")) {
+    fprintf(stderr, "cpu.scalar.f32 unavailable: %s\n", fa_last_error());
     return 77;
   }
   au_buf *all[] = {&bq, &bk, &bv, &bo, &bdo, &bdq, &bdk, &bdv};

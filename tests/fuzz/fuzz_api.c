@@ -28,6 +28,7 @@
 //
 // The parts: see fz_harness.h.
 #include "fz_harness.h"
+#include "ts_kernels.h"
 
 int verbose;
 
@@ -52,9 +53,9 @@ static void add_context(const char *name) {
 }
 
 /* Contexts: every usable CPU backend (dispatch picks its kernel), then every
-   kernel of a CPU backend with several, bound by name (a better kernel may
-   shadow it for some problems). Kernel names come from fa_explain's lines
-   "<backend> <kernel>: ...", for each dtype. */
+   kernel of the cpu backend, when it has several, bound by name (a better
+   kernel may shadow it for some problems). Kernel names come from
+   fa_explain's lines (ts_kernels.h), for each 16- and 32-bit dtype. */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -66,33 +67,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   for (int i = 0; i < nb; i++)
     if (!strncmp(fa_backend_name(i), "cpu", 3)) add_context(fa_backend_name(i));
   int n_backends = n_ctx;
-  fa_attention a;
-  fa_attention_init(&a);
-  a.batch = a.seqlen_q = a.seqlen_k = a.heads_q = a.heads_kv = 1;
-  a.head_dim = 64;
-  char pairs[32][2][64];
-  int np = 0;
+  char kernels[32][64];
+  int nk = 0;
   for (int t = 0; t < 3; t++) {
-    char text[4096], *save = NULL;
-    fa_explain(&a, (fa_dtype)t, text, sizeof text);
-    for (char *line = strtok_r(text, "\n", &save); line && np < 32;
-         line = strtok_r(NULL, "\n", &save)) {
-      char backend[64], kernel[64];
-      if (sscanf(line, "%63s %63[^:]:", backend, kernel) != 2) continue;
-      if (strncmp(backend, "cpu-", 4) || strncmp(kernel, "cpu.", 4)) continue;
+    char these[16][64];
+    const int n = ts_kernels_accepting("cpu", (fa_dtype)t, these, 16);
+    for (int i = 0; i < n && nk < 32; i++) {
       int dup = 0;
-      for (int k = 0; k < np; k++) dup |= !strcmp(pairs[k][1], kernel);
-      if (dup) continue;
-      snprintf(pairs[np][0], 64, "%s", backend);
-      snprintf(pairs[np][1], 64, "%s", kernel);
-      np++;
+      for (int k = 0; k < nk; k++) dup |= !strcmp(kernels[k], these[i]);
+      if (!dup) memcpy(kernels[nk++], these[i], 64);
     }
   }
-  for (int k = 0; k < np; k++) {
-    int siblings = 0;
-    for (int m = 0; m < np; m++) siblings += !strcmp(pairs[m][0], pairs[k][0]);
-    if (siblings > 1) add_context(pairs[k][1]);
-  }
+  for (int k = 0; nk > 1 && k < nk; k++) add_context(kernels[k]);
   if (n_ctx == 0) {
     fprintf(stderr, "fuzz_api: no usable CPU backend\n");
     abort();

@@ -239,8 +239,8 @@ static void test_paged_int_max(void) {
 }
 
 int main(void) {
-  if (fa_context_create_by_name(&ctx, "cpu-scalar") != FA_OK) {
-    fprintf(stderr, "cpu-scalar not available: %s\n", fa_last_error());
+  if (fa_context_create_by_name(&ctx, "cpu.scalar.f32") != FA_OK) {
+    fprintf(stderr, "cpu.scalar.f32 not available: %s\n", fa_last_error());
     return 77;
   }
   au_buf *in[] = {&qb, &kb, &vb, &dob};

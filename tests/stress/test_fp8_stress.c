@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
-// FP8 non-finite codes in a paged KV cache, on every usable CPU backend
-// (and cpu.avx512, which cpu.avx512bf16 shadows for bf16), against the
-// float64 oracle: a decode step (split-KV, GQA heads packed, a sliding
-// window) and a short prefill over a cache whose keys are random codes
-// near the formats' largest values, with descales, plus
+// FP8 non-finite codes in a paged KV cache, on every CPU kernel that takes
+// FP8 (bound by name), against the float64 oracle: a decode step (split-KV, GQA
+// heads packed, a sliding window) and a short prefill over a cache whose keys
+// are random codes near the formats' largest values, with descales, plus
 //   - a NaN code in a visible K row of kv head 0: the rows of its query
 //     heads are NaN (O and LSE), the other kv head's rows are untouched;
 //   - a NaN code (e5m2: also an inf) in a V row outside the window: no row
@@ -21,6 +20,7 @@
 #include "flashattn.h"
 #include "oracle.h"
 #include "tensor.h"
+#include "ts_kernels.h"
 
 enum { B = 2, SQ = 3, SK = 700, HQ = 8, HKV = 2, D = 64, PS = 16 };
 enum { PAGES = B * ((SK + PS - 1) / PS) };
@@ -169,10 +169,10 @@ static int on_backend(const char *be) {
 
 int main(void) {
   int ran = 0;
-  for (int i = 0; i < fa_backend_count(); i++)
-    if (!strncmp(fa_backend_name(i), "cpu", 3))
-      ran |= on_backend(fa_backend_name(i));
-  ran |= on_backend("cpu.avx512");
+  // Every CPU kernel that takes FP8, bound by name.
+  static char kernels[16][64];
+  const int nk = ts_kernels_accepting("cpu", FA_E4M3, kernels, 16);
+  for (int i = 0; i < nk; i++) ran |= on_backend(kernels[i]);
   if (!ran) {
     printf("SKIP: no CPU backend runs FP8\n");
     return 77;

@@ -11,13 +11,13 @@
 # The tests, by what the registry lists:
 #   xval.<backend>.<group>   every backend, every group (what dispatch picks
 #                            within that backend); labels xval, the backend,
-#                            its runtime (cpu; cuda or hip and gpu) and, for
-#                            a CPU backend cpu-<isa>, the ISA
+#                            its runtime (cpu; cuda or hip and gpu)
 #   xval.<kernel>.<group>    every kernel of a backend that has several,
 #                            bound by name (so a kernel a better one shadows
 #                            still meets every case it accepts); no bwd.*
 #                            group for a forward-only kernel; labels xval,
-#                            the kernel, its runtime (and gpu)
+#                            the kernel, its runtime (and gpu) and, for a
+#                            CPU kernel cpu.<isa>.<dtype>, the ISA
 #   xval.<kernel>.all        instead, for a kernel specialised to one head
 #                            dim (its name carries .d<N>: the GPU
 #                            tensor-core kernels): most cases of every group
@@ -115,7 +115,7 @@ function(xval_every_group name)
   endif()
   runtime_labels(${_rt_${name}} _rl)
   set(_labels "xval;${name};${_rl}")
-  if(name MATCHES "^cpu-(.+)$")
+  if(name MATCHES "^cpu[-.]([^.]+)") # cpu-<isa>, cpu.<isa>.<dtype>
     list(APPEND _labels ${CMAKE_MATCH_1})
   endif()
   list(REMOVE_DUPLICATES _labels)
@@ -144,7 +144,11 @@ foreach(_k ${_kernels})
     if("${_ops_${_k}}" STREQUAL "fwd" AND _g IN_LIST _bwd_groups)
       continue() # a forward-only kernel
     endif()
-    xval_test(${_k} ${_g} "xval;${_k};${_rl}" 300)
+    set(_labels "xval;${_k};${_rl}")
+    if(_k MATCHES "^cpu[.]([^.]+)[.]") # the ISA of cpu.<isa>.<dtype>
+      list(APPEND _labels ${CMAKE_MATCH_1})
+    endif()
+    xval_test(${_k} ${_g} "${_labels}" 300)
   endforeach()
 endforeach()
 

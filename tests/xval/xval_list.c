@@ -6,10 +6,10 @@
 // group added to the grid's table, gets its tests at the next build.
 //
 // The registry lists every compiled-in backend whether or not it can run
-// here (a CPU ISA this machine lacks, a GPU module loaded without a
-// device), with its kernel table; only a module that could not be loaded
-// at all (its runtime library missing) is a placeholder without kernels,
-// and the listing says so.
+// here (a GPU module loaded without a device), with its kernel table (the
+// cpu backend's: the kernels of the ISAs this CPU runs); only a module that
+// could not be loaded at all (its runtime library missing) is a placeholder
+// without kernels, and the listing says so.
 #include <stdio.h>
 
 #include "registry.h"
