@@ -166,7 +166,7 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
     for (int r = 0; r < it.nr; r++)
       for (int d = 0; d < p->a.head_dim; d++)
-        qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * bq + r];
+        qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * t->ldqt + r];
   }
   // Long splits: fold the state every fold_blocks blocks (see fold_state).
   const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;
