@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The fp32 tile-product step (the default of cpu_step.h): K and V widened
-// to fp32 tiles (or read in place), S^T and O += P.V as GEMMs on the
-// vocabulary's vectors. Part of cpu_kernels.h.
+// The fp32 tile-product step (the default of cpu_step.h): K and V packed
+// as fp32 rows once per call (or, past the cap, read in place or widened
+// per tile), S^T and O += P.V as GEMMs on the vocabulary's vectors. Part
+// of cpu_kernels.h.
 
 /* The fp32 step's pack: every K and V row widened (and descaled) once per
-   call into dense rows of head_dim_pad floats. In place, BSHD rows lie a
-   multiple of 4 KiB apart and a block's rows share L1 sets; a copy per
-   (q block, kv block) pays the widening once per q block instead of once.
-   Fills kv (kv->fp32 set) and returns its floats; 0: no pack (the same
-   tiles as the bf16 pack refuses, or too large). */
+   call into dense rows of head_dim_pad floats. Read in place, BSHD rows lie
+   a multiple of 4 KiB apart, so a block's rows share L1 sets and each one
+   starts a page; copied per (q block, kv block), each row is widened once
+   per q block. Fills kv (kv->fp32 set) and returns its floats; 0: no pack
+   (the tiles the bf16 pack refuses too, or past the cap). */
 static size_t f32_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
                               int small_lanes, cpu_kvpack *kv) {
   memset(kv, 0, sizeof *kv);

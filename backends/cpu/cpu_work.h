@@ -70,8 +70,11 @@ typedef struct cpu_bwd {
 } cpu_bwd;
 
 /* Most floats the fp32 row packs of one call may take (256 MiB); past it
-   the kernels copy each tile's rows as they go. */
+   the kernels copy each tile's rows as they go (-DFA_CPU_PACK_MAX_FLOATS=0
+   builds that path for every problem, to test it). */
+#ifndef FA_CPU_PACK_MAX_FLOATS
 #define FA_CPU_PACK_MAX_FLOATS ((size_t)1 << 26)
+#endif
 
 /* One ISA's work functions (fa_cpu_ops_<isa>, defined by isa_<isa>.c). The
    driver owns threads, workspace, the merge of splits and the error path;
