@@ -41,6 +41,12 @@ static void compute_delta(const cpu_bwd *c, float *ws, int b, int h) {
     for (int d = 0; d < dv; d++) acc += ro[d] * rd[d];
     c->delta[row_index(p, b, h, i)] = acc;
   }
+  if (c->q_rows) { // the row packs of the passes after
+    const size_t at = (size_t)row_index(p, b, h, 0);
+    load_q_rows(c->q_rows + at * c->q_ld, c->q_ld, p, &c->args->q, b, h, 0, sq,
+                p->a.head_dim);
+    load_q_rows(c->do_rows + at * c->do_ld, c->do_ld, p, d_o, b, h, 0, sq, dv);
+  }
   // d loss / d sink = -sum_i P_sink(i) D_i, P_sink(i) = exp(sink - lse_i):
   // the sink takes probability mass from every row and gives back no value.
   if (c->sink_part) {
@@ -68,11 +74,11 @@ static void load_q_side(const cpu_bwd *c, float *ws, int b, int h, int row0,
               p->a.head_dim_v);
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim; d++)
-      ws[t->qt + (size_t)d * bq + r] =
+      ws[t->qt + (size_t)d * t->ldqt + r] =
           r < nr ? ws[t->q + (size_t)r * t->ld + d] * p->a.scale : 0.0f;
   for (int r = 0; r < bq; r++)
     for (int d = 0; d < p->a.head_dim_v; d++)
-      ws[t->dot + (size_t)d * bq + r] =
+      ws[t->dot + (size_t)d * t->ldqt + r] =
           r < nr ? ws[t->d_o + (size_t)r * t->ldv + d] : 0.0f;
   float *lse = ws + t->m, *dl = ws + t->l;
   for (int r = 0; r < bq; r++) {
@@ -82,13 +88,25 @@ static void load_q_side(const cpu_bwd *c, float *ws, int b, int h, int row0,
   }
 }
 
+/* The K and V rows [col0, col0 + nc) of (b, hk) at the tiles' pitches:
+   in the call's pack, which pass 2 fills (fill = 1) and pass 3 reads, or
+   without one copied into the thread's tiles. */
 static void load_k_side(const cpu_bwd *c, float *ws, int b, int hk, int col0,
-                        int nc) {
+                        int nc, int fill, const float **k, const float **v) {
   const fa_problem *p = c->p;
-  load_k_rows(ws + c->t.k, c->t.ld, p, &c->args->k, b, hk, col0, nc,
-              p->a.head_dim);
-  load_k_rows(ws + c->t.v, c->t.ldv, p, &c->args->v, b, hk, col0, nc,
-              p->a.head_dim_v);
+  float *kd = ws + c->t.k, *vd = ws + c->t.v;
+  if (c->k_rows) {
+    const size_t row =
+        ((size_t)b * p->a.heads_kv + hk) * c->plan->num_k_blocks * c->t.bk +
+        col0;
+    kd = c->k_rows + row * c->t.ld;
+    vd = c->v_rows + row * c->t.ldv;
+  }
+  *k = kd;
+  *v = vd;
+  if (c->k_rows && !fill) return;
+  load_k_rows(kd, c->t.ld, p, &c->args->k, b, hk, col0, nc, p->a.head_dim);
+  load_k_rows(vd, c->t.ldv, p, &c->args->v, b, hk, col0, nc, p->a.head_dim_v);
 }
 
 /* With both sides loaded: P^T (in s) = exp(S^T - lse), dP^T = V.dO^T, and
@@ -98,16 +116,17 @@ static void load_k_side(const cpu_bwd *c, float *ws, int b, int hk, int col0,
    rounding would make P = exp(s - lse) overflow. Returns 1 when the tile
    meets a mask, with each lane's visible keys in the vis tile; masked
    entries of P and dS are then exactly 0. */
-static int tile_grad(const cpu_bwd *c, float *ws, int b, int h, int sq, int sk,
-                     int row0, int nr, int col0, int nc) {
+static int tile_grad(const cpu_bwd *c, float *ws, const float *k,
+                     const float *v, int b, int h, int sq, int sk, int row0,
+                     int nr, int col0, int nc, cpu_prefetch *pf) {
   const fa_problem *p = c->p;
   const cpu_tiles *t = &c->t;
   const int bq = t->bq;
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
   const cpu_lanes ln = {h, 1, row0, nr, fa_diag_shift(p, b, sq, sk)};
-  scores(p, t, ws, ws + t->k, t->ld, &ln, sq, sk, col0, nc, g);
-  gemm(nc, bq, p->a.head_dim_v, ws + t->v, t->ldv, 1, ws + t->dot, bq, dp, bq,
-       0);
+  scores(p, t, ws, k, t->ld, &ln, sq, sk, col0, nc, g, pf);
+  gemm_pf(nc, bq, p->a.head_dim_v, v, t->ldv, 1, ws + t->dot, t->ldqt, dp, bq,
+          0, pf);
   const float *lse = ws + t->m, *dl = ws + t->l;
   for (int j = 0; j < nc; j++)
     for (int r = 0; r < bq; r += FA_VW) {
@@ -142,16 +161,19 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
   const int bq = t->bq, bk = t->bk, dim = p->a.head_dim, dv = p->a.head_dim_v;
   memset(ws + t->acc, 0, sizeof(float) * (size_t)bk * t->ld);
   memset(ws + t->accv, 0, sizeof(float) * (size_t)bk * t->ldv);
-  load_k_side(c, ws, b, hk, col0, nc);
+  const float *kb_rows, *vb_rows;
+  load_k_side(c, ws, b, hk, col0, nc, 1, &kb_rows, &vb_rows);
   float *kt = ws + t->kt, *vt = ws + t->vt;
   for (int j = 0; j < nc; j++) {
-    const float *kr = ws + t->k + (size_t)j * t->ld,
-                *vr = ws + t->v + (size_t)j * t->ldv;
+    const float *kr = kb_rows + (size_t)j * t->ld,
+                *vr = vb_rows + (size_t)j * t->ldv;
     for (int d = 0; d < dim; d++) kt[(size_t)d * bk + j] = kr[d] * p->a.scale;
     for (int d = 0; d < dv; d++) vt[(size_t)d * bk + j] = vr[d];
   }
   float *s = ws + t->s, *g = ws + t->g, *dp = ws + t->dp;
-  float *q = ws + t->q, *d_o = ws + t->d_o;
+  const float *q = ws + t->q, *d_o = ws + t->d_o;
+  const int64_t ldq = c->q_rows ? c->q_ld : t->ld,
+                ldo = c->q_rows ? c->do_ld : t->ldv;
   int *lo = (int *)(ws + t->vis), *hi = lo + bq;
   const cpu_slayout sl = {1, bk, 0};
   const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
@@ -161,14 +183,20 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
       fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
       if (kb < kb0 || kb >= kb1) continue;
       const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
-      load_q_rows(q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
-      load_q_rows(d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
-      gemm(nr, nc, dim, q, t->ld, 1, kt, bk, s, bk, 0);
+      if (c->q_rows) {
+        const size_t at = (size_t)row_index(p, b, h, row0);
+        q = c->q_rows + at * ldq;
+        d_o = c->do_rows + at * ldo;
+      } else {
+        load_q_rows(ws + t->q, t->ld, p, &c->args->q, b, h, row0, nr, dim);
+        load_q_rows(ws + t->d_o, t->ldv, p, &c->args->d_o, b, h, row0, nr, dv);
+      }
+      gemm(nr, nc, dim, q, ldq, 1, kt, bk, s, bk, 0);
       const cpu_lanes ln = {h, 1, row0, nr, shift};
       cpu_slayout sl_r = sl;
       sl_r.grad_lanes = nr;
       scores_post(p, s, &sl_r, &ln, sq, sk, col0, nc, g);
-      gemm(nr, nc, dv, d_o, t->ldv, 1, vt, bk, dp, bk, 0);
+      gemm(nr, nc, dv, d_o, ldo, 1, vt, bk, dp, bk, 0);
       for (int r = 0; r < nr; r++) {
         const int64_t at = row_index(p, b, h, row0 + r);
         const float lse = c->args->lse[at];
@@ -197,16 +225,16 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
         zero_hidden(s, 1, bk, nr, nc, lo, hi);
         zero_hidden(dp, 1, bk, nr, nc, lo, hi);
       }
-      if (cut && any_nonfinite(d_o, t->ldv, nr, dv))
-        gemm_visible(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, t->ldv, ws + t->accv,
+      if (cut && any_nonfinite(d_o, ldo, nr, dv))
+        gemm_visible(nc, 0, nr, lo, hi, dv, s, bk, 1, d_o, ldo, ws + t->accv,
                      t->ldv, 1);
       else
-        gemm(nc, dv, nr, s, 1, bk, d_o, t->ldv, ws + t->accv, t->ldv, 1);
-      if (cut && any_nonfinite(q, t->ld, nr, dim))
-        gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, t->ld, ws + t->acc,
+        gemm(nc, dv, nr, s, 1, bk, d_o, ldo, ws + t->accv, t->ldv, 1);
+      if (cut && any_nonfinite(q, ldq, nr, dim))
+        gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, q, ldq, ws + t->acc,
                      t->ld, 1);
       else
-        gemm(nc, dim, nr, dp, 1, bk, q, t->ld, ws + t->acc, t->ld, 1);
+        gemm(nc, dim, nr, dp, 1, bk, q, ldq, ws + t->acc, t->ld, 1);
     }
 }
 
@@ -307,16 +335,27 @@ static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
                     &kb1);
   for (int kb = kb0; kb < kb1; kb++) {
     const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-    load_k_side(c, ws, b, hk, col0, nc);
-    const int cut = tile_grad(c, ws, b, h, sq, sk, row0, nr, col0, nc);
+    const float *k, *v;
+    load_k_side(c, ws, b, hk, col0, nc, 0, &k, &v);
+    // Packed rows of the next block (K, then V) fetched while this one's
+    // products run, as in the forward.
+    cpu_prefetch pf = {NULL, 0};
+    if (c->k_rows && kb + 1 < kb1)
+      pf = (cpu_prefetch){(const char *)(k + (size_t)nc * t->ld),
+                          (int64_t)nc * t->ld / 16};
+    const int cut =
+        tile_grad(c, ws, k, v, b, h, sq, sk, row0, nr, col0, nc, &pf);
+    if (c->k_rows && kb + 1 < kb1)
+      pf = (cpu_prefetch){(const char *)(v + (size_t)nc * t->ldv),
+                          (int64_t)nc * t->ldv / 16};
     // dQ[r][:] += sum_c dS^T[c][r] K[c][:], over visible pairs only where
     // masked dS = 0 would meet an inf or NaN in K.
-    if (cut && any_nonfinite(ws + t->k, t->ld, nc, dim)) {
+    if (cut && any_nonfinite(k, t->ld, nc, dim)) {
       const int *lo = (const int *)(ws + t->vis), *hi = lo + bq;
-      gemm_visible(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq, ws + t->k, t->ld,
-                   acc, t->ld, 0);
+      gemm_visible(nc, 0, nr, lo, hi, dim, ws + t->dp, 1, bq, k, t->ld, acc,
+                   t->ld, 0);
     } else {
-      gemm(nr, dim, nc, ws + t->dp, 1, bq, ws + t->k, t->ld, acc, t->ld, 1);
+      gemm_pf(nr, dim, nc, ws + t->dp, 1, bq, k, t->ld, acc, t->ld, 1, &pf);
     }
   }
   const fa_tensor *dq = &c->args->dq;

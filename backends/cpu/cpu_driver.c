@@ -156,9 +156,19 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
   int64_t n_pack = 0; // an ISA's operands packed once per call (pass 0)
   const size_t pack_floats =
       ops->bwd_pack_plan ? ops->bwd_pack_plan(&c, &n_pack) : 0;
-  float *ws = fa_cpu_workspace(st, sizeof(float) *
-                                       (delta_floats + sink_floats +
-                                        pack_floats + per_thread * (size_t)nt));
+  // Without such a pack, the fp32 rows of the body's passes (cpu_bwd);
+  // with one, the ISA's blocks skip the passes that would fill them.
+  c.q_ld = c.t.ld + 16;
+  c.do_ld = c.t.ldv + 16;
+  const size_t q_floats = (size_t)B * HQ * p->a.seqlen_q * c.q_ld,
+               do_floats = (size_t)B * HQ * p->a.seqlen_q * c.do_ld,
+               k_floats = (size_t)B * HK * nkb * c.t.bk * c.t.ld,
+               v_floats = (size_t)B * HK * nkb * c.t.bk * c.t.ldv;
+  size_t rows_floats = q_floats + do_floats + k_floats + v_floats;
+  if (pack_floats || rows_floats > FA_CPU_PACK_MAX_FLOATS) rows_floats = 0;
+  float *ws = fa_cpu_workspace(
+      st, sizeof(float) * (delta_floats + sink_floats + pack_floats +
+                           per_thread * (size_t)nt + rows_floats));
   if (!ws) {
     free(page_slot);
     return FA_ERR_OUT_OF_MEMORY;
@@ -167,6 +177,12 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
   c.sink_part = want_dsinks ? ws + delta_floats : NULL;
   c.pack = pack_floats ? ws + delta_floats + sink_floats : NULL;
   float *tiles = ws + delta_floats + sink_floats + pack_floats;
+  if (rows_floats) {
+    c.q_rows = tiles + per_thread * (size_t)nt;
+    c.do_rows = c.q_rows + q_floats;
+    c.k_rows = c.do_rows + do_floats;
+    c.v_rows = c.k_rows + k_floats;
+  }
   const int64_t n_bh = (int64_t)B * HQ;
   const int64_t n_kv = p->paged ? HK : (int64_t)B * HK * nkb;
   const int64_t n_q = (int64_t)B * HQ * nqb;

@@ -159,6 +159,10 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   const int small = it.nr <= FA_SMALL_LANES || it.kvt > 1;
   // FP8 K/V on the small path: read in place, widened in registers.
   it.fp8 = fp8_rows_plan(p, t, args, b, it.hk, it.kvt, &it.fr) && small;
+  // Small tiles copy fp32 rows too: the copy walks keys in order (all kv
+  // heads of a key, K then V) with the rows a few keys ahead prefetched,
+  // where the products in place walk one kv head's rows 4 KiB apart.
+  if (small) it.direct = 0;
   const int dot_bf16 = bf16_pack_q(&it, small);
   if (!dot_bf16) f32_pack_q(&it);
   if (small) { // row-major scaled q rows for the dot products
@@ -166,7 +170,7 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
     for (int r = 0; r < it.nr; r++)
       for (int d = 0; d < p->a.head_dim; d++)
-        qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * bq + r];
+        qr[(size_t)r * t->ld + d] = ws[t->qt + (size_t)d * t->ldqt + r];
   }
   // Long splits: fold the state every fold_blocks blocks (see fold_state).
   const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;

@@ -67,9 +67,22 @@
 #define FA_KVPACK_ITEM kvpack_item
 #endif
 
+/* The bf16 step's pack where it takes the problem, else the fp32 step's
+   (never for bf16 where the ISA has bf16 products: those items are theirs). */
 static size_t fwd_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
                               cpu_kvpack *kv) {
-  return kvpack_plan(p, plan, FA_SMALL_LANES, kv);
+  const size_t n = kvpack_plan(p, plan, FA_SMALL_LANES, kv);
+  if (n || (FA_HAVE_DPBF16 && p->dtype == FA_BF16)) return n;
+  return f32_kvpack_plan(p, plan, FA_SMALL_LANES, kv);
+}
+
+static void fwd_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
+                            const fa_fwd_args *args, const cpu_kvpack *kv,
+                            int64_t i) {
+  if (kv->fp32)
+    f32_kvpack_item(p, plan, args, kv, i);
+  else
+    FA_KVPACK_ITEM(p, plan, args, kv, i);
 }
 
 static void fwd_thread_done(void) { FA_TILE_STEP_END(); }
@@ -77,7 +90,7 @@ static void fwd_thread_done(void) { FA_TILE_STEP_END(); }
 const fa_cpu_isa_ops FA_FN(fa_cpu_ops) = {
     .tiles = FA_TILES_LAYOUT,
     .kvpack_plan = fwd_kvpack_plan,
-    .kvpack_item = FA_KVPACK_ITEM,
+    .kvpack_item = fwd_kvpack_item,
     .fwd_item = FA_FWD_ITEM,
     .thread_done = fwd_thread_done,
     .bwd_delta = compute_delta,

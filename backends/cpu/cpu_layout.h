@@ -9,6 +9,7 @@ static cpu_tiles tiles_layout(const fa_plan_data *plan, int bwd) {
   t.bk = plan->block_k;
   t.ld = plan->head_dim_pad;
   t.ldv = plan->head_dim_v_pad;
+  t.ldqt = t.bq + 16;
   // K, V, S and P tiles hold the block's keys rounded up to whole tiles.
   const size_t bka =
       ((size_t)t.bk + FA_TILE_KEYS - 1) / FA_TILE_KEYS * FA_TILE_KEYS;
@@ -19,7 +20,7 @@ static cpu_tiles tiles_layout(const fa_plan_data *plan, int bwd) {
     t.field = at;                                                              \
     at += ((size_t)(n) + 15) / 16 * 16;                                        \
   } while (0)
-  FA_TAKE(qt, (size_t)t.ld * t.bq);
+  FA_TAKE(qt, (size_t)t.ld * t.ldqt);
   FA_TAKE(k, kvt * bka * t.ld);
   FA_TAKE(v, kvt * bka * t.ldv);
   FA_TAKE(s, bka * t.bq);
@@ -30,7 +31,7 @@ static cpu_tiles tiles_layout(const fa_plan_data *plan, int bwd) {
   if (bwd) {
     size_t rows = t.bk > t.bq ? (size_t)t.bk : (size_t)t.bq;
     FA_TAKE(q, (size_t)t.bq * t.ld);
-    FA_TAKE(dot, (size_t)t.ldv * t.bq);
+    FA_TAKE(dot, (size_t)t.ldv * t.ldqt);
     FA_TAKE(d_o, (size_t)t.bq * t.ldv);
     FA_TAKE(g, (size_t)t.bk * t.bq);
     FA_TAKE(dp, (size_t)t.bk * t.bq);

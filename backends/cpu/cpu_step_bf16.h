@@ -80,7 +80,7 @@ static void kvpack_item(const fa_problem *p, const fa_plan_data *plan,
 static int bf16_pack_q(const cpu_fwd_item *it, int small) {
   const fa_problem *p = it->p;
   const cpu_kvpack *kv = it->kvpack;
-  if (p->dtype != FA_BF16 || small || !kv->items) return 0;
+  if (p->dtype != FA_BF16 || small || !kv->items || kv->fp32) return 0;
   const cpu_tiles *t = it->t;
   const int bq = t->bq, dpairs = (p->a.head_dim + 1) / 2;
   const int pk = it->ln.pk, row0 = it->ln.row0, h0 = it->ln.h0;

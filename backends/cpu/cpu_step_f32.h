@@ -1,14 +1,62 @@
 // SPDX-License-Identifier: MIT
-// The fp32 tile-product step (the default of cpu_step.h): K and V widened
-// to fp32 tiles (or read in place), S^T and O += P.V as GEMMs on the
-// vocabulary's vectors. Part of cpu_kernels.h.
+// The fp32 tile-product step (the default of cpu_step.h): K and V packed
+// as fp32 rows once per call (or, past the cap, read in place or widened
+// per tile), S^T and O += P.V as GEMMs on the vocabulary's vectors. Part
+// of cpu_kernels.h.
+
+/* The fp32 step's pack: every K and V row widened (and descaled) once per
+   call into dense rows of head_dim_pad floats. Read in place, BSHD rows lie
+   a multiple of 4 KiB apart, so a block's rows share L1 sets and each one
+   starts a page; copied per (q block, kv block), each row is widened once
+   per q block. Fills kv (kv->fp32 set) and returns its floats; 0: no pack
+   (the tiles the bf16 pack refuses too, or past the cap). */
+static size_t f32_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
+                              int small_lanes, cpu_kvpack *kv) {
+  memset(kv, 0, sizeof *kv);
+  const int rows_max =
+      p->a.seqlen_q < plan->block_rows ? p->a.seqlen_q : plan->block_rows;
+  if (plan->kv_heads_per_tile != 1 ||
+      (int64_t)rows_max * plan->pack_group <= small_lanes)
+    return 0;
+  const size_t rows = (size_t)plan->num_k_blocks * plan->block_k;
+  const size_t floats = (size_t)p->a.batch * p->a.heads_kv * rows *
+                        ((size_t)plan->head_dim_pad + plan->head_dim_v_pad);
+  if (floats > FA_CPU_PACK_MAX_FLOATS) return 0;
+  kv->rows = (int)rows;
+  kv->ldk2 = plan->head_dim_pad;
+  kv->ldv2 = plan->head_dim_v_pad;
+  kv->items = (int64_t)p->a.batch * p->a.heads_kv * plan->num_k_blocks;
+  kv->fp32 = 1;
+  return floats;
+}
+
+/* Pack item i: kv block kb of (b, hk); rows past the sequence are zero. */
+static void f32_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
+                            const fa_fwd_args *args, const cpu_kvpack *kv,
+                            int64_t i) {
+  const int nkb = plan->num_k_blocks, bk = plan->block_k;
+  const int kb = (int)(i % nkb), hk = (int)(i / nkb % p->a.heads_kv),
+            b = (int)(i / nkb / p->a.heads_kv);
+  const int j0 = kb * bk, sk = fa_seq_len_k(p, b);
+  const int n = sk - j0 >= bk ? bk : sk - j0 > 0 ? sk - j0 : 0;
+  const size_t row = ((size_t)b * p->a.heads_kv + hk) * kv->rows + j0;
+  float *k = (float *)kv->k + row * kv->ldk2,
+        *v = (float *)kv->v + row * kv->ldv2;
+  load_k_rows(k, kv->ldk2, p, &args->k, b, hk, j0, n, p->a.head_dim);
+  load_k_rows(v, kv->ldv2, p, &args->v, b, hk, j0, n, p->a.head_dim_v);
+  memset(k + (size_t)n * kv->ldk2, 0,
+         sizeof(float) * (size_t)(bk - n) * kv->ldk2);
+  memset(v + (size_t)n * kv->ldv2, 0,
+         sizeof(float) * (size_t)(bk - n) * kv->ldv2);
+}
 
 /* Q^T for the fp32 step: the tile's q rows, scaled, transposed into the qt
    tile (the K tile doubles as the transposing load's row buffer). */
 static void f32_pack_q(const cpu_fwd_item *it) {
   const cpu_tiles *t = it->t;
-  load_q_transposed(it->ws + t->qt, t->bq, it->ws + t->k, it->p, &it->args->q,
-                    it->b, &it->ln, it->p->a.head_dim, it->p->a.scale);
+  load_q_transposed(it->ws + t->qt, t->bq, t->ldqt, it->ws + t->k, it->p,
+                    &it->args->q, it->b, &it->ln, it->p->a.head_dim,
+                    it->p->a.scale);
 }
 
 /* One kv block [col0, col0 + nc) of the item. */
@@ -21,7 +69,14 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
   const int dv = p->a.head_dim_v;
   const float *k = ws + t->k, *v = ws + t->v;
   int64_t ldk = t->ld, ldv = t->ldv;
-  if (it->direct) {
+  const cpu_kvpack *kv = it->kvpack;
+  if (kv->fp32) {
+    const size_t row = ((size_t)b * p->a.heads_kv + hk) * kv->rows + col0;
+    k = (const float *)kv->k + row * kv->ldk2;
+    v = (const float *)kv->v + row * kv->ldv2;
+    ldk = kv->ldk2;
+    ldv = kv->ldv2;
+  } else if (it->direct) {
     // fp32 rows in place: no copy, the same reads the copy would make.
     k = (const float *)args->k.data + fa_k_offset(p, &args->k, b, col0, hk);
     v = (const float *)args->v.data + fa_k_offset(p, &args->v, b, col0, hk);
@@ -32,7 +87,14 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
     load_k_rows(ws + t->k, t->ld, p, &args->k, b, hk, col0, nc, p->a.head_dim);
     load_k_rows(ws + t->v, t->ldv, p, &args->v, b, hk, col0, nc, dv);
   }
-  scores(p, t, ws, k, ldk, &it->ln, it->sq, it->sk, col0, nc, NULL);
+  // Packed rows of the next block follow this one's: fetched into L2 while
+  // this block's products run (K during the scores, V during P.V).
+  cpu_prefetch pk = {NULL, 0}, pv = {NULL, 0};
+  if (kv->fp32 && col0 + nc < it->sk) {
+    pk = (cpu_prefetch){(const char *)(k + nc * ldk), nc * ldk / 16};
+    pv = (cpu_prefetch){(const char *)(v + nc * ldv), nc * ldv / 16};
+  }
+  scores(p, t, ws, k, ldk, &it->ln, it->sq, it->sk, col0, nc, NULL, &pk);
   online_softmax(t, ws, nc);
   rescale_o(o, t->ldv, mu, nr, dv);
   // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
@@ -45,6 +107,6 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
     gemm_visible(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv, o, t->ldv,
                  0);
   } else {
-    gemm(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1);
+    gemm_pf(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1, &pv);
   }
 }

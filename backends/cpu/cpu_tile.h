@@ -68,9 +68,9 @@ typedef struct cpu_lanes {
 } cpu_lanes;
 
 /* The tile's q rows, times mul and their descale, transposed into
-   dst[dim][bq]; lanes past the valid ones are zero so padded lanes stay
-   finite. */
-static void load_q_transposed(float *dst, int bq, float *row,
+   dst[dim][bq] (row pitch ldt); lanes past the valid ones are zero so
+   padded lanes stay finite. */
+static void load_q_transposed(float *dst, int bq, int64_t ldt, float *row,
                               const fa_problem *p, const fa_tensor *t, int b,
                               const cpu_lanes *ln, int dim, float mul) {
   const int nr = ln->npos * ln->pk;
@@ -84,7 +84,7 @@ static void load_q_transposed(float *dst, int bq, float *row,
     } else {
       memset(row, 0, sizeof(float) * (size_t)dim);
     }
-    for (int d = 0; d < dim; d++) dst[(size_t)d * bq + r] = row[d] * x;
+    for (int d = 0; d < dim; d++) dst[d * ldt + r] = row[d] * x;
   }
 }
 
@@ -227,12 +227,13 @@ static void scores_post(const fa_problem *p, float *s, const cpu_slayout *sl,
 
 /* S^T[c][r] = k_c . q_r with the scale already folded into Q^T, then the
    score pipeline. Masked entries are -INFINITY; lanes past the valid ones
-   are left as computed (finite). */
+   are left as computed (finite). pf (or NULL): lines to prefetch on the
+   way. */
 static void scores(const fa_problem *p, const cpu_tiles *t, float *ws,
                    const float *k, int64_t ldk, const cpu_lanes *ln, int sq,
-                   int sk, int col0, int nc, float *grad) {
-  gemm(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->bq, ws + t->s, t->bq,
-       0);
+                   int sk, int col0, int nc, float *grad, cpu_prefetch *pf) {
+  gemm_pf(nc, t->bq, p->a.head_dim, k, ldk, 1, ws + t->qt, t->ldqt, ws + t->s,
+          t->bq, 0, pf);
   const cpu_slayout sl = {t->bq, 1, t->bq};
   scores_post(p, ws + t->s, &sl, ln, sq, sk, col0, nc, grad);
 }

@@ -15,6 +15,10 @@
    query axis of transposed tiles is whole vectors. */
 typedef struct cpu_tiles {
   int bq, bk, ld, ldv; // ld/ldv: row pitch of d / dv wide tiles
+  // Row pitch of the transposed q-side tiles (qt, dot): bq and 16 floats,
+  // so that a column panel the GEMM streams spreads over every L1 set (at
+  // 512 bytes a panel of 128 rows uses half of them, past their ways).
+  int ldqt;
   size_t qt, q, dot, d_o, k, v, s, g, dp, acc, accv, m, l, mu, qr, row, p2;
   size_t kt, vt;
   size_t fo, fc, fml; // forward, long rows: the folded state (fold_state)
@@ -37,6 +41,9 @@ typedef struct cpu_kvpack {
   uint32_t *k, *v; // [batch][heads_kv][rows][ldk2], [..][rows / 2][ldv2]
   int rows, ldk2, ldv2;
   int64_t items; // pack work items: (batch, kv head, kv block)
+  // The fp32 step's pack instead: K and V rows widened to fp32 floats,
+  // [batch][heads_kv][rows][ldk2] and [..][rows][ldv2] (cpu_step_f32.h).
+  int fp32;
 } cpu_kvpack;
 
 typedef struct cpu_bwd {
@@ -51,7 +58,23 @@ typedef struct cpu_bwd {
   size_t page_floats;
   float *sink_part; // dsinks: each (batch, head)'s share, [batch][heads_q]
   float *pack;      // bwd_pack_plan's floats (NULL: none)
+  // Every Q and dO row widened once (pass 1) and every K and V row once
+  // (pass 2), dense at the tiles' pitches, for the passes after: NULL when
+  // the problem is past FA_CPU_PACK_MAX_FLOATS or an ISA's pack took the
+  // call (each pass copies its tiles).
+  float *q_rows, *do_rows; // [batch][heads_q][seqlen_q][q_ld], [..][do_ld]
+  float *k_rows, *v_rows;  // [batch][heads_kv][num_k_blocks * block_k][ld..]
+  // Q and dO rows are the B operand of pass 2's dV and dK products: 16
+  // floats past the tiles' pitch, a column panel spreads over every L1 set.
+  int q_ld, do_ld;
 } cpu_bwd;
+
+/* Most floats the fp32 row packs of one call may take (256 MiB); past it
+   the kernels copy each tile's rows as they go (-DFA_CPU_PACK_MAX_FLOATS=0
+   builds that path for every problem, to test it). */
+#ifndef FA_CPU_PACK_MAX_FLOATS
+#define FA_CPU_PACK_MAX_FLOATS ((size_t)1 << 26)
+#endif
 
 /* One ISA's work functions (fa_cpu_ops_<isa>, defined by isa_<isa>.c). The
    driver owns threads, workspace, the merge of splits and the error path;
