@@ -26,9 +26,9 @@
 
 #include "compat.h"
 #include "gpu_params.h"
+#include "input_decode.h"
 #include "seq_rows.h"
 #include "softmax.h"
-#include "input_decode.h"
 
 namespace fa_gpu_generic {
 
@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
   const int row0 = qb * p.plan.block_rows, pack = p.plan.pack_group;
   if (row0 >= sq) return;
-  const int lanes =
-      min(p.plan.block_rows, sq - row0) * pack; // (row, head) pairs
+  // (row, head) pairs
+  const int lanes = min(p.plan.block_rows, sq - row0) * pack;
   const int hk = h0 / p.prob.group, D = p.prob.head_dim, DV = p.prob.head_dim_v;
   int kb0, kb1, s0, s1;
   fa_flat_kv_blocks(&p.prob, p.plan.block_rows, p.plan.block_k, sq, sk, qb,
