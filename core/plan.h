@@ -71,6 +71,14 @@ void fa_plan_split_range(int begin, int end, int num_splits, int split,
 void fa_plan_work_item(const fa_problem *p, const fa_plan_data *plan, int64_t w,
                        int *b, int *h, int *qb, int *split);
 
+/* The plan's work geometry as a GPU kernel reads it (flat_problem.h). */
+static inline fa_flat_plan fa_plan_flat(const fa_plan_data *d) {
+  fa_flat_plan g = {d->block_q,    d->block_k,      d->pack_group,
+                    d->block_rows, d->num_q_blocks, d->num_splits,
+                    d->num_work};
+  return g;
+}
+
 /* Human-readable one-line summary, snprintf-style. */
 size_t fa_plan_data_describe(const fa_plan_data *plan, char *buf, size_t len);
 

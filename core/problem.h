@@ -9,7 +9,9 @@
 #include <stdint.h>
 
 #include "flashattn.h"
-#include "rules.h" // the scalar rules below, shared with device code
+#include "flat_problem.h" // the problem as numbers, for device code
+#include "rules.h"        // the scalar rules below, shared with device code
+#include "seq_rows.h"     // lengths and row offsets: the arrays' one reader
 
 typedef struct fa_problem {
   fa_attention a;     // the caller's problem, defaults resolved:
@@ -84,18 +86,6 @@ static inline int fa_problem_empty(const fa_problem *p) {
   return p->a.batch == 0 || p->a.seqlen_q == 0;
 }
 
-/* Real lengths of sequence b (host-readable arrays). */
-static inline int fa_seq_len_q(const fa_problem *p, int b) {
-  return p->varlen_q ? p->a.cu_seqlens_q[b + 1] - p->a.cu_seqlens_q[b]
-                     : p->a.seqlen_q;
-}
-
-static inline int fa_seq_len_k(const fa_problem *p, int b) {
-  if (p->a.seqused_k) return p->a.seqused_k[b];
-  if (p->varlen_k) return p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b];
-  return p->a.seqlen_k;
-}
-
 /* Offset of the diagonal for sequence b with real lengths (sq, sk): query
    row i faces key row i + shift (shift = qpos(b) - kpos(b), see the
    header's positions). |shift| < 2^41: the positions are bounded. */
@@ -107,7 +97,7 @@ static inline int64_t fa_diag_shift(const fa_problem *p, int b, int sq,
     int64_t kp = a->k_position + (a->k_positions ? a->k_positions[b] : 0);
     return qp - kp;
   }
-  return p->top_left ? 0 : (int64_t)sk - sq;
+  return fa_aligned_shift(p->top_left, sq, sk);
 }
 
 /* Visible keys of query row i of a sequence with sk keys whose diagonal
@@ -119,28 +109,78 @@ static inline void fa_visible_keys(const fa_problem *p, int64_t shift, int i,
                  lo, hi);
 }
 
-/* Element offset of row i, head h, of q-like tensors (q, o, do, dq). */
+/* The flat problem of p (flat_problem.h): what a GPU kernel reads, and
+   what the lengths and offsets below read. */
+static inline fa_flat_problem fa_problem_flat(const fa_problem *p) {
+  const fa_attention *a = &p->a;
+  fa_flat_problem f = {0};
+  f.batch = a->batch;
+  f.seqlen_q = a->seqlen_q;
+  f.seqlen_k = a->seqlen_k;
+  f.heads_q = a->heads_q;
+  f.heads_kv = a->heads_kv;
+  f.group = p->group;
+  f.head_dim = a->head_dim;
+  f.head_dim_v = a->head_dim_v;
+  f.scale = a->scale;
+  f.softcap = a->softcap;
+  f.window_left = a->window_left;
+  f.window_right = a->window_right;
+  f.top_left = p->top_left;
+  f.shift_fixed = p->explicit_positions;
+  f.shift = p->explicit_positions ? (int)(a->q_position - a->k_position) : 0;
+  f.varlen_q = p->varlen_q;
+  f.varlen_k = p->varlen_k;
+  f.paged = p->paged;
+  f.rows_q = p->rows_q;
+  f.rows_k = p->rows_k;
+  f.num_pages = a->num_pages;
+  f.dtype = (int)p->dtype;
+  f.dtype_out = (int)p->dtype_out;
+  f.alibi_slopes = a->alibi_slopes;
+  f.sinks = a->sinks;
+  f.cu_seqlens_q = a->cu_seqlens_q;
+  f.cu_seqlens_k = a->cu_seqlens_k;
+  f.seqused_k = a->seqused_k;
+  f.block_table = a->block_table;
+  f.max_blocks_per_seq = a->max_blocks_per_seq;
+  f.page_size = a->page_size;
+  return f;
+}
+
+static inline fa_tensor_view fa_tensor_view_of(const fa_tensor *t) {
+  fa_tensor_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
+  return v;
+}
+
+/* Real lengths of sequence b (fa_seq_rows_q/k; rows_q/rows_k must be
+   filled in). */
+static inline int fa_seq_len_q(const fa_problem *p, int b) {
+  const fa_flat_problem f = fa_problem_flat(p);
+  return fa_seq_rows_q(&f, b);
+}
+
+static inline int fa_seq_len_k(const fa_problem *p, int b) {
+  const fa_flat_problem f = fa_problem_flat(p);
+  return fa_seq_rows_k(&f, b);
+}
+
+/* Element offset of row i, head h, of q-like tensors (q, o, do, dq):
+   fa_seq_q_offset. */
 static inline int64_t fa_q_offset(const fa_problem *p, const fa_tensor *t,
                                   int b, int i, int h) {
-  int64_t row = p->varlen_q ? (int64_t)p->a.cu_seqlens_q[b] + i : i;
-  int64_t base = p->varlen_q ? 0 : (int64_t)b * t->stride_batch;
-  return base + row * t->stride_seq + (int64_t)h * t->stride_head;
+  const fa_flat_problem f = fa_problem_flat(p);
+  const fa_tensor_view v = fa_tensor_view_of(t);
+  return fa_seq_q_offset(&f, &v, b, i, h);
 }
 
 /* Element offset of key j, kv head h, of k-like tensors (k, v, dk, dv),
-   following the block table when paged. */
+   following the block table when paged: fa_seq_k_offset. */
 static inline int64_t fa_k_offset(const fa_problem *p, const fa_tensor *t,
                                   int b, int j, int h) {
-  if (p->paged) {
-    int ps = p->a.page_size;
-    int64_t page =
-        p->a.block_table[(int64_t)b * p->a.max_blocks_per_seq + j / ps];
-    return page * t->stride_batch + (int64_t)(j % ps) * t->stride_seq +
-           (int64_t)h * t->stride_head;
-  }
-  int64_t row = p->varlen_k ? (int64_t)p->a.cu_seqlens_k[b] + j : j;
-  int64_t base = p->varlen_k ? 0 : (int64_t)b * t->stride_batch;
-  return base + row * t->stride_seq + (int64_t)h * t->stride_head;
+  const fa_flat_problem f = fa_problem_flat(p);
+  const fa_tensor_view v = fa_tensor_view_of(t);
+  return fa_seq_k_offset(&f, &v, b, j, h);
 }
 
 /* The score pipeline after the dot product: softcap, then ALiBi. Masking is

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The scalar rules of masking, score transform and work order, on plain
 // numbers, for host and device (FA_HD): the core's helpers (problem.h,
-// plan.c) and the GPU kernels' (backends/gpu/gpu_semantics.h, which adds
-// only the reading of device arrays) are both these functions.
+// plan.c) and the flat problem's that the GPU kernels call
+// (flat_problem.h) are both these functions.
 #ifndef FA_CORE_RULES_H
 #define FA_CORE_RULES_H
 
@@ -26,6 +26,12 @@ static inline FA_HD void fa_window_keys(int64_t diag, int window_left,
   if (h < l) h = l;
   *lo = (int)l;
   *hi = (int)h;
+}
+
+/* The diagonal offset of aligned positions for a sequence with lengths
+   (sq, sk): 0 when top-left aligned, else sk - sq (bottom-right). */
+static inline FA_HD int fa_aligned_shift(int top_left, int sq, int sk) {
+  return top_left ? 0 : sk - sq;
 }
 
 /* The score pipeline after the dot product (s = scale * q.k): softcap

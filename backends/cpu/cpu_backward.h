@@ -399,9 +399,8 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
             b = (int)(i / nkb / HK);
   const int sk = fa_seq_len_k(p, b);
   if (kb == 0) {
-    int rows = p->varlen_k ? p->a.cu_seqlens_k[b + 1] - p->a.cu_seqlens_k[b]
-                           : p->a.seqlen_k;
-    zero_kv_rows(c, b, hk, sk, rows);
+    const fa_flat_problem f = fa_problem_flat(p);
+    zero_kv_rows(c, b, hk, sk, fa_seq_storage_k(&f, b));
   }
   if (kb * c->t.bk < sk) {
     FA_KV_BLOCK_GRADS(c, ws, b, hk, kb);

@@ -25,8 +25,10 @@
 #define FA_GPU_GENERIC_KERNELS_H
 
 #include "compat.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
 #include "input_decode.h"
+#include "seq_rows.h"
+#include "softmax.h"
 
 namespace fa_gpu_generic {
 
@@ -34,7 +36,7 @@ constexpr int kWarps = 4; // wavefronts per workgroup
 constexpr int kCols = FA_GPU_MAX_HEAD_DIM / FA_GPU_WARP; // columns per lane
 
 template <typename T>
-FA_GPU_DEVICE const typename T::storage *cptr(const fa_gpu_view &t) {
+FA_GPU_DEVICE const typename T::storage *cptr(const fa_tensor_view &t) {
   return (const typename T::storage *)t.data;
 }
 
@@ -58,13 +60,13 @@ template <typename T>
 FA_GPU_DEVICE void store_row(const fa_gpu_params &p, int b, int h, int i,
                              const float *acc, float f, float lse, int lane) {
   typename T::storage *o = (typename T::storage *)p.o.data;
-  const int64_t off = fa_gpu_q_offset(&p, &p.o, b, i, h);
+  const int64_t off = fa_seq_q_offset(&p.prob, &p.o, b, i, h);
 #pragma unroll
   for (int u = 0; u < kCols; u++) {
     const int c = lane + FA_GPU_WARP * u;
-    if (c < p.head_dim_v) T::store(o + off + c, acc[u] * f);
+    if (c < p.prob.head_dim_v) T::store(o + off + c, acc[u] * f);
   }
-  if (p.lse && lane == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
+  if (p.lse && lane == 0) p.lse[fa_flat_row_index(&p.prob, b, h, i)] = lse;
 }
 
 /* ---- forward: one work item per workgroup, one lane row per wavefront ----
@@ -79,16 +81,18 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t w = blockIdx.x;
   int b, h0, qb, split;
-  fa_gpu_work_item(&p, w, &b, &h0, &qb, &split);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
-  const int row0 = qb * p.block_rows, pack = p.pack_group;
+  fa_flat_work_item(&p.prob, &p.plan, w, &b, &h0, &qb, &split);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
+  const int row0 = qb * p.plan.block_rows, pack = p.plan.pack_group;
   if (row0 >= sq) return;
-  const int lanes = min(p.block_rows, sq - row0) * pack; // (row, head) pairs
-  const int hk = h0 / p.group, D = p.head_dim, DV = p.head_dim_v;
+  // (row, head) pairs
+  const int lanes = min(p.plan.block_rows, sq - row0) * pack;
+  const int hk = h0 / p.prob.group, D = p.prob.head_dim, DV = p.prob.head_dim_v;
   int kb0, kb1, s0, s1;
-  fa_gpu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
-  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
-  const int shift = fa_gpu_shift(&p, sq, sk);
+  fa_flat_kv_blocks(&p.prob, p.plan.block_rows, p.plan.block_k, sq, sk, qb,
+                    &kb0, &kb1);
+  fa_split_range(kb0, kb1, p.plan.num_splits, split, &s0, &s1);
+  const int shift = fa_flat_shift(&p.prob, sq, sk);
   float *qs = smem + warp * D;
   const typename TI::storage *q = cptr<TI>(p.q), *k = cptr<TI>(p.k),
                              *v = cptr<TI>(p.v);
@@ -97,12 +101,12 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   const float dsv = fa_gpu_descale(p.descale_v, p, b, hk);
   for (int r = warp; r < lanes; r += kWarps) {
     const int i = row0 + r / pack, h = h0 + r % pack;
-    load_row<TI>(qs, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane, dsq);
+    load_row<TI>(qs, q, fa_seq_q_offset(&p.prob, &p.q, b, i, h), D, lane, dsq);
     fa_gpu_sync_warp();
     int lo, hi;
-    fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
-    const int jlo = max(lo, s0 * p.block_k);
-    const int jhi = min(min(hi, s1 * p.block_k), sk);
+    fa_flat_visible(&p.prob, i, sq, sk, &lo, &hi);
+    const int jlo = max(lo, s0 * p.plan.block_k);
+    const int jhi = min(min(hi, s1 * p.plan.block_k), sk);
     float m = -INFINITY, l = 0.0f, acc[kCols];
 #pragma unroll
     for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
@@ -113,13 +117,13 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       if (j < jhi) {
         // A key of a block-table entry outside the pool (offset -1) is a
         // row of zeros: dot 0 here, and no V row below.
-        const int64_t kof = fa_gpu_k_offset(&p, &p.k, b, j, hk);
-        vof = fa_gpu_k_offset(&p, &p.v, b, j, hk);
+        const int64_t kof = fa_seq_k_offset(&p.prob, &p.k, b, j, hk);
+        vof = fa_seq_k_offset(&p.prob, &p.v, b, j, hk);
         float dot = 0.0f;
         if (kof >= 0)
           for (int c = 0; c < D; c++)
             dot += qs[c] * (TI::load(k + kof + c) * dsk);
-        s = fa_gpu_transform(&p, p.scale * dot, h, i, j, shift);
+        s = fa_flat_transform(&p.prob, p.prob.scale * dot, h, i, j, shift);
       }
       // The core's step (fa_softmax_step, natural base); every key of
       // [jlo, jhi) is visible, so the block maximum is not -inf.
@@ -142,11 +146,11 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
         }
       }
     }
-    if (p.num_splits == 1) {
-      float lse, f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
+    if (p.plan.num_splits == 1) {
+      float lse, f = fa_softmax_finalize_sinks(m, l, p.prob.sinks, h, &lse);
       store_row<TO>(p, b, h, i, acc, f, lse, lane);
     } else {
-      const int64_t at = w * p.block_q + r;
+      const int64_t at = w * p.plan.block_q + r;
       if (lane == 0) {
         p.part_ml[at * 2] = m;
         p.part_ml[at * 2 + 1] = l;
@@ -169,18 +173,19 @@ template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     combine(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
-  const int64_t w0 = (int64_t)blockIdx.x * p.num_splits;
+  const int64_t w0 = (int64_t)blockIdx.x * p.plan.num_splits;
   const int r = blockIdx.y * kWarps + warp;
   int b, h0, qb, split;
-  fa_gpu_work_item(&p, w0, &b, &h0, &qb, &split);
-  const int sq = fa_gpu_len_q(&p, b), row0 = qb * p.block_rows;
-  if (row0 >= sq || r >= min(p.block_rows, sq - row0) * p.pack_group) return;
-  const int h = h0 + r % p.pack_group, DV = p.head_dim_v;
+  fa_flat_work_item(&p.prob, &p.plan, w0, &b, &h0, &qb, &split);
+  const int sq = fa_seq_rows_q(&p.prob, b), row0 = qb * p.plan.block_rows;
+  if (row0 >= sq || r >= min(p.plan.block_rows, sq - row0) * p.plan.pack_group)
+    return;
+  const int h = h0 + r % p.plan.pack_group, DV = p.prob.head_dim_v;
   float m = -INFINITY, l = 0.0f, acc[kCols];
 #pragma unroll
   for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
-  for (int sp = 0; sp < p.num_splits; sp++) {
-    const int64_t at = (w0 + sp) * p.block_q + r;
+  for (int sp = 0; sp < p.plan.num_splits; sp++) {
+    const int64_t at = (w0 + sp) * p.plan.block_q + r;
     float wa = 1.0f, wb = 1.0f;
     const int how = fa_softmax_merge_weights(&m, &l, p.part_ml[at * 2],
                                              p.part_ml[at * 2 + 1], &wa, &wb);
@@ -193,8 +198,8 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       acc[u] = how == 1 ? ob : acc[u] * wa + ob * wb;
     }
   }
-  float lse, f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
-  store_row<T>(p, b, h, row0 + r / p.pack_group, acc, f, lse, lane);
+  float lse, f = fa_softmax_finalize_sinks(m, l, p.prob.sinks, h, &lse);
+  store_row<T>(p, b, h, row0 + r / p.plan.pack_group, acc, f, lse, lane);
 }
 
 /* ---- backward
@@ -206,19 +211,19 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     bwd_delta(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
-  if (row >= (int64_t)p.batch * p.heads_q * p.seqlen_q) return;
-  const int i = (int)(row % p.seqlen_q);
-  const int h = (int)(row / p.seqlen_q % p.heads_q);
-  const int b = (int)(row / p.seqlen_q / p.heads_q);
-  if (i >= fa_gpu_len_q(&p, b)) return;
+  if (row >= (int64_t)p.prob.batch * p.prob.heads_q * p.prob.seqlen_q) return;
+  const int i = (int)(row % p.prob.seqlen_q);
+  const int h = (int)(row / p.prob.seqlen_q % p.prob.heads_q);
+  const int b = (int)(row / p.prob.seqlen_q / p.prob.heads_q);
+  if (i >= fa_seq_rows_q(&p.prob, b)) return;
   const typename T::storage *o = cptr<T>(p.o), *d_o = cptr<T>(p.d_o);
-  const int64_t oo = fa_gpu_q_offset(&p, &p.o, b, i, h);
-  const int64_t od = fa_gpu_q_offset(&p, &p.d_o, b, i, h);
+  const int64_t oo = fa_seq_q_offset(&p.prob, &p.o, b, i, h);
+  const int64_t od = fa_seq_q_offset(&p.prob, &p.d_o, b, i, h);
   float acc = 0.0f;
-  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP)
+  for (int c = lane; c < p.prob.head_dim_v; c += FA_GPU_WARP)
     acc += T::load(o + oo + c) * T::load(d_o + od + c);
   acc = fa_gpu_warp_sum(acc);
-  if (lane == 0) p.delta[fa_gpu_row_index(&p, b, h, i)] = acc;
+  if (lane == 0) p.delta[fa_flat_row_index(&p.prob, b, h, i)] = acc;
 }
 
 /* P and dS = P (dP - D) dscore/d(q.k) of one (query, key) pair, from the
@@ -230,15 +235,17 @@ FA_GPU_DEVICE void grad_pair(const fa_gpu_params &p, const float *qrow,
                              int64_t vof, int h, int i, int j, int shift,
                              float lse, float dl, float *P, float *dS) {
   float dot = 0.0f, dp = 0.0f;
-  for (int c = 0; c < p.head_dim; c++) dot += qrow[c] * T::load(k + kof + c);
-  for (int c = 0; c < p.head_dim_v; c++) dp += dorow[c] * T::load(v + vof + c);
-  const float s0 = p.scale * dot;
-  float g = p.scale;
-  if (p.softcap > 0.0f) {
-    const float th = tanhf(s0 / p.softcap);
+  for (int c = 0; c < p.prob.head_dim; c++)
+    dot += qrow[c] * T::load(k + kof + c);
+  for (int c = 0; c < p.prob.head_dim_v; c++)
+    dp += dorow[c] * T::load(v + vof + c);
+  const float s0 = p.prob.scale * dot;
+  float g = p.prob.scale;
+  if (p.prob.softcap > 0.0f) {
+    const float th = tanhf(s0 / p.prob.softcap);
     g *= 1.0f - th * th;
   }
-  const float s = fa_gpu_transform(&p, s0, h, i, j, shift);
+  const float s = fa_flat_transform(&p.prob, s0, h, i, j, shift);
   *P = expf(s - lse);
   *dS = *P * (dp - dl) * g;
 }
@@ -250,25 +257,25 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   extern __shared__ float smem[];
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + warp;
-  if (row >= (int64_t)p.batch * p.heads_q * p.seqlen_q) return;
-  const int i = (int)(row % p.seqlen_q);
-  const int h = (int)(row / p.seqlen_q % p.heads_q);
-  const int b = (int)(row / p.seqlen_q / p.heads_q);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  if (row >= (int64_t)p.prob.batch * p.prob.heads_q * p.prob.seqlen_q) return;
+  const int i = (int)(row % p.prob.seqlen_q);
+  const int h = (int)(row / p.prob.seqlen_q % p.prob.heads_q);
+  const int b = (int)(row / p.prob.seqlen_q / p.prob.heads_q);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
   if (i >= sq) return;
-  const int D = p.head_dim, DV = p.head_dim_v, hk = h / p.group;
+  const int D = p.prob.head_dim, DV = p.prob.head_dim_v, hk = h / p.prob.group;
   float *qrow = smem + warp * (D + DV), *dorow = qrow + D;
   const typename T::storage *q = cptr<T>(p.q), *k = cptr<T>(p.k),
                             *v = cptr<T>(p.v);
-  load_row<T>(qrow, q, fa_gpu_q_offset(&p, &p.q, b, i, h), D, lane);
-  load_row<T>(dorow, cptr<T>(p.d_o), fa_gpu_q_offset(&p, &p.d_o, b, i, h), DV,
-              lane);
+  load_row<T>(qrow, q, fa_seq_q_offset(&p.prob, &p.q, b, i, h), D, lane);
+  load_row<T>(dorow, cptr<T>(p.d_o), fa_seq_q_offset(&p.prob, &p.d_o, b, i, h),
+              DV, lane);
   fa_gpu_sync_warp();
-  const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+  const int64_t ri = fa_flat_row_index(&p.prob, b, h, i);
   const float lse = p.lse_in[ri], dl = p.delta[ri];
-  const int shift = fa_gpu_shift(&p, sq, sk);
+  const int shift = fa_flat_shift(&p.prob, sq, sk);
   int lo, hi;
-  fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+  fa_flat_visible(&p.prob, i, sq, sk, &lo, &hi);
   float acc[kCols];
 #pragma unroll
   for (int u = 0; u < kCols; u++) acc[u] = 0.0f;
@@ -276,13 +283,13 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     const int j = j0 + lane;
     float P = 0.0f, dS = 0.0f;
     int64_t kof = 0;
-    kof = j < hi ? fa_gpu_k_offset(&p, &p.k, b, j, hk) : -1;
+    kof = j < hi ? fa_seq_k_offset(&p.prob, &p.k, b, j, hk) : -1;
     // A key of a block-table entry outside the pool (offset -1) is a row
     // of zeros, whose term of dQ (dS k) is 0: skipped.
     if (kof >= 0)
       grad_pair<T>(p, qrow, dorow, k, kof, v,
-                   fa_gpu_k_offset(&p, &p.v, b, j, hk), h, i, j, shift, lse, dl,
-                   &P, &dS);
+                   fa_seq_k_offset(&p.prob, &p.v, b, j, hk), h, i, j, shift,
+                   lse, dl, &P, &dS);
     const int cnt = min(FA_GPU_WARP, hi - j0);
     for (int jj = 0; jj < cnt; jj++) {
       const float ds = fa_gpu_shfl(dS, jj);
@@ -296,7 +303,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     }
   }
   typename T::storage *dq = (typename T::storage *)p.dq.data;
-  const int64_t off = fa_gpu_q_offset(&p, &p.dq, b, i, h);
+  const int64_t off = fa_seq_q_offset(&p.prob, &p.dq, b, i, h);
 #pragma unroll
   for (int u = 0; u < kCols; u++) {
     const int c = lane + FA_GPU_WARP * u;
@@ -315,60 +322,62 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
   extern __shared__ float smem[];
   const int warp = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int64_t id = (int64_t)blockIdx.x * kWarps + warp;
-  const int nb = p.only_batch >= 0 ? 1 : p.batch;
-  if (id >= (int64_t)nb * p.heads_kv * p.seqlen_k) return;
-  const int j = (int)(id % p.seqlen_k);
-  const int hk = (int)(id / p.seqlen_k % p.heads_kv);
-  const int b =
-      p.only_batch >= 0 ? p.only_batch : (int)(id / p.seqlen_k / p.heads_kv);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
-  const int D = p.head_dim, DV = p.head_dim_v;
+  const int nb = p.only_batch >= 0 ? 1 : p.prob.batch;
+  if (id >= (int64_t)nb * p.prob.heads_kv * p.prob.seqlen_k) return;
+  const int j = (int)(id % p.prob.seqlen_k);
+  const int hk = (int)(id / p.prob.seqlen_k % p.prob.heads_kv);
+  const int b = p.only_batch >= 0
+                    ? p.only_batch
+                    : (int)(id / p.prob.seqlen_k / p.prob.heads_kv);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
+  const int D = p.prob.head_dim, DV = p.prob.head_dim_v;
   typename T::storage *dk = (typename T::storage *)p.dk.data;
   typename T::storage *dv = (typename T::storage *)p.dv.data;
   if (j >= sk) {
-    if (p.paged || j >= fa_gpu_storage_k(&p, b)) return;
-    const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
-    const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+    if (p.prob.paged || j >= fa_seq_storage_k(&p.prob, b)) return;
+    const int64_t ok = fa_seq_k_offset(&p.prob, &p.dk, b, j, hk);
+    const int64_t ov = fa_seq_k_offset(&p.prob, &p.dv, b, j, hk);
     for (int c = lane; c < D; c += FA_GPU_WARP) T::store(dk + ok + c, 0.0f);
     for (int c = lane; c < DV; c += FA_GPU_WARP) T::store(dv + ov + c, 0.0f);
     return;
   }
   // A key of a block-table entry outside the pool (offset -1) has no
   // gradient slot to write: skipped.
-  if (fa_gpu_k_offset(&p, &p.k, b, j, hk) < 0) return;
+  if (fa_seq_k_offset(&p.prob, &p.k, b, j, hk) < 0) return;
   float *krow = smem + warp * (D + DV), *vrow = krow + D;
   const typename T::storage *q = cptr<T>(p.q), *d_o = cptr<T>(p.d_o);
-  load_row<T>(krow, cptr<T>(p.k), fa_gpu_k_offset(&p, &p.k, b, j, hk), D, lane);
-  load_row<T>(vrow, cptr<T>(p.v), fa_gpu_k_offset(&p, &p.v, b, j, hk), DV,
+  load_row<T>(krow, cptr<T>(p.k), fa_seq_k_offset(&p.prob, &p.k, b, j, hk), D,
+              lane);
+  load_row<T>(vrow, cptr<T>(p.v), fa_seq_k_offset(&p.prob, &p.v, b, j, hk), DV,
               lane);
   fa_gpu_sync_warp();
-  const int shift = fa_gpu_shift(&p, sq, sk);
+  const int shift = fa_flat_shift(&p.prob, sq, sk);
   int i0, i1;
-  fa_gpu_queries_of_key(&p, j, sq, sk, &i0, &i1);
+  fa_flat_queries_of_key(&p.prob, j, sq, sk, &i0, &i1);
   float ak[kCols], av[kCols];
 #pragma unroll
   for (int u = 0; u < kCols; u++) ak[u] = av[u] = 0.0f;
-  for (int h = hk * p.group; h < (hk + 1) * p.group; h++) {
+  for (int h = hk * p.prob.group; h < (hk + 1) * p.prob.group; h++) {
     for (int c0 = i0; c0 < i1; c0 += FA_GPU_WARP) {
       const int i = c0 + lane;
       float P = 0.0f, dS = 0.0f;
       int64_t qo = 0, dO = 0;
       int lo = 0, hi = 0;
-      if (i < i1) fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+      if (i < i1) fa_flat_visible(&p.prob, i, sq, sk, &lo, &hi);
       if (i < i1 && lo <= j && j < hi) {
-        qo = fa_gpu_q_offset(&p, &p.q, b, i, h);
-        dO = fa_gpu_q_offset(&p, &p.d_o, b, i, h);
-        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+        qo = fa_seq_q_offset(&p.prob, &p.q, b, i, h);
+        dO = fa_seq_q_offset(&p.prob, &p.d_o, b, i, h);
+        const int64_t ri = fa_flat_row_index(&p.prob, b, h, i);
         float dot = 0.0f, dp = 0.0f;
         for (int c = 0; c < D; c++) dot += T::load(q + qo + c) * krow[c];
         for (int c = 0; c < DV; c++) dp += T::load(d_o + dO + c) * vrow[c];
-        const float s0 = p.scale * dot;
-        float g = p.scale;
-        if (p.softcap > 0.0f) {
-          const float th = tanhf(s0 / p.softcap);
+        const float s0 = p.prob.scale * dot;
+        float g = p.prob.scale;
+        if (p.prob.softcap > 0.0f) {
+          const float th = tanhf(s0 / p.prob.softcap);
           g *= 1.0f - th * th;
         }
-        const float s = fa_gpu_transform(&p, s0, h, i, j, shift);
+        const float s = fa_flat_transform(&p.prob, s0, h, i, j, shift);
         P = expf(s - p.lse_in[ri]);
         dS = P * (dp - p.delta[ri]) * g;
       }
@@ -388,15 +397,17 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
       }
     }
   }
-  const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
-  const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+  const int64_t ok = fa_seq_k_offset(&p.prob, &p.dk, b, j, hk);
+  const int64_t ov = fa_seq_k_offset(&p.prob, &p.dv, b, j, hk);
 #pragma unroll
   for (int u = 0; u < kCols; u++) {
     const int c = lane + FA_GPU_WARP * u;
     if (c < D)
-      T::store(dk + ok + c, ak[u] + (p.paged ? T::load(dk + ok + c) : 0.0f));
+      T::store(dk + ok + c,
+               ak[u] + (p.prob.paged ? T::load(dk + ok + c) : 0.0f));
     if (c < DV)
-      T::store(dv + ov + c, av[u] + (p.paged ? T::load(dv + ov + c) : 0.0f));
+      T::store(dv + ov + c,
+               av[u] + (p.prob.paged ? T::load(dv + ov + c) : 0.0f));
   }
 }
 
@@ -406,19 +417,19 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     bwd_zero_paged(const FA_GPU_GRID_CONSTANT fa_gpu_params p) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t id = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
-  if (id >= (int64_t)p.batch * p.heads_kv * p.seqlen_k) return;
-  const int j = (int)(id % p.seqlen_k);
-  const int hk = (int)(id / p.seqlen_k % p.heads_kv);
-  const int b = (int)(id / p.seqlen_k / p.heads_kv);
-  if (j >= fa_gpu_len_k(&p, b)) return;
+  if (id >= (int64_t)p.prob.batch * p.prob.heads_kv * p.prob.seqlen_k) return;
+  const int j = (int)(id % p.prob.seqlen_k);
+  const int hk = (int)(id / p.prob.seqlen_k % p.prob.heads_kv);
+  const int b = (int)(id / p.prob.seqlen_k / p.prob.heads_kv);
+  if (j >= fa_seq_rows_k(&p.prob, b)) return;
   typename T::storage *dk = (typename T::storage *)p.dk.data;
   typename T::storage *dv = (typename T::storage *)p.dv.data;
-  const int64_t ok = fa_gpu_k_offset(&p, &p.dk, b, j, hk);
-  const int64_t ov = fa_gpu_k_offset(&p, &p.dv, b, j, hk);
+  const int64_t ok = fa_seq_k_offset(&p.prob, &p.dk, b, j, hk);
+  const int64_t ov = fa_seq_k_offset(&p.prob, &p.dv, b, j, hk);
   if (ok < 0) return; // not a page of the pool: nothing to zero
-  for (int c = lane; c < p.head_dim; c += FA_GPU_WARP)
+  for (int c = lane; c < p.prob.head_dim; c += FA_GPU_WARP)
     T::store(dk + ok + c, 0.0f);
-  for (int c = lane; c < p.head_dim_v; c += FA_GPU_WARP)
+  for (int c = lane; c < p.prob.head_dim_v; c += FA_GPU_WARP)
     T::store(dv + ov + c, 0.0f);
 }
 
@@ -427,7 +438,7 @@ __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
 template <typename T>
 __global__ void __launch_bounds__(kWarps *FA_GPU_WARP)
     merge(int n, const fa_gpu_merge_part *parts, int batch, int seqlen,
-          int heads, int dim, fa_gpu_view o, float *lse_out) {
+          int heads, int dim, fa_tensor_view o, float *lse_out) {
   const int lane = threadIdx.x % FA_GPU_WARP;
   const int64_t row = (int64_t)blockIdx.x * kWarps + threadIdx.x / FA_GPU_WARP;
   if (row >= (int64_t)batch * heads * seqlen) return;
@@ -503,9 +514,9 @@ inline unsigned grid_of(int64_t warps) {
 
 template <typename TI, typename TO>
 void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
-  const size_t smem = sizeof(float) * kWarps * (size_t)p->head_dim;
+  const size_t smem = sizeof(float) * kWarps * (size_t)p->prob.head_dim;
   auto *kernel = fwd<TI, TO>;
-  FA_GPU_LAUNCH(kernel, (unsigned)p->num_work, kWarps * FA_GPU_WARP, smem,
+  FA_GPU_LAUNCH(kernel, (unsigned)p->plan.num_work, kWarps * FA_GPU_WARP, smem,
                 stream, *p);
 }
 
@@ -517,26 +528,27 @@ void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
 #define FA_GPU_GENERIC_LAUNCHERS(prefix)                                       \
   extern "C" int prefix##_fwd_generic(const fa_gpu_params *p, void *stream) {  \
     using namespace fa_gpu_generic;                                            \
-    if (p->num_work <= 0) return 0;                                            \
+    if (p->plan.num_work <= 0) return 0;                                       \
     FA_GPU_INPUT_SWITCH(                                                       \
-        p->dtype, TI,                                                          \
-        FA_GPU_DTYPE_SWITCH(p->dtype_out, TO,                                  \
+        p->prob.dtype, TI,                                                     \
+        FA_GPU_DTYPE_SWITCH(p->prob.dtype_out, TO,                             \
                             fwd_launch<TI, TO>(p, (fa_gpu_stream)stream)));    \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
   extern "C" int prefix##_combine(const fa_gpu_params *p, void *stream) {      \
     using namespace fa_gpu_generic;                                            \
-    dim3 grid((unsigned)(p->num_work / p->num_splits),                         \
-              (unsigned)((p->block_q + kWarps - 1) / kWarps));                 \
-    FA_GPU_DTYPE_SWITCH(p->dtype_out, T,                                       \
+    dim3 grid((unsigned)(p->plan.num_work / p->plan.num_splits),               \
+              (unsigned)((p->plan.block_q + kWarps - 1) / kWarps));            \
+    FA_GPU_DTYPE_SWITCH(p->prob.dtype_out, T,                                  \
                         FA_GPU_LAUNCH(combine<T>, grid, kWarps *FA_GPU_WARP,   \
                                       0, (fa_gpu_stream)stream, *p));          \
     return (int)fa_gpu_get_last_error();                                       \
   }                                                                            \
   extern "C" int prefix##_bwd_delta(const fa_gpu_params *p, void *stream) {    \
     using namespace fa_gpu_generic;                                            \
-    int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+    int64_t rows =                                                             \
+        (int64_t)p->prob.batch * p->prob.heads_q * p->prob.seqlen_q;           \
+    FA_GPU_DTYPE_SWITCH(p->prob.dtype, T,                                      \
                         FA_GPU_LAUNCH(bwd_delta<T>, grid_of(rows),             \
                                       kWarps *FA_GPU_WARP, 0,                  \
                                       (fa_gpu_stream)stream, *p));             \
@@ -544,10 +556,11 @@ void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
   }                                                                            \
   extern "C" int prefix##_bwd_dq(const fa_gpu_params *p, void *stream) {       \
     using namespace fa_gpu_generic;                                            \
-    int64_t rows = (int64_t)p->batch * p->heads_q * p->seqlen_q;               \
-    size_t smem =                                                              \
-        sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v);        \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+    int64_t rows =                                                             \
+        (int64_t)p->prob.batch * p->prob.heads_q * p->prob.seqlen_q;           \
+    size_t smem = sizeof(float) * kWarps *                                     \
+                  (size_t)(p->prob.head_dim + p->prob.head_dim_v);             \
+    FA_GPU_DTYPE_SWITCH(p->prob.dtype, T,                                      \
                         FA_GPU_LAUNCH(bwd_dq<T>, grid_of(rows),                \
                                       kWarps *FA_GPU_WARP, smem,               \
                                       (fa_gpu_stream)stream, *p));             \
@@ -555,11 +568,11 @@ void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
   }                                                                            \
   extern "C" int prefix##_bwd_dkdv(const fa_gpu_params *p, void *stream) {     \
     using namespace fa_gpu_generic;                                            \
-    int nb = p->only_batch >= 0 ? 1 : p->batch;                                \
-    int64_t rows = (int64_t)nb * p->heads_kv * p->seqlen_k;                    \
-    size_t smem =                                                              \
-        sizeof(float) * kWarps * (size_t)(p->head_dim + p->head_dim_v);        \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+    int nb = p->only_batch >= 0 ? 1 : p->prob.batch;                           \
+    int64_t rows = (int64_t)nb * p->prob.heads_kv * p->prob.seqlen_k;          \
+    size_t smem = sizeof(float) * kWarps *                                     \
+                  (size_t)(p->prob.head_dim + p->prob.head_dim_v);             \
+    FA_GPU_DTYPE_SWITCH(p->prob.dtype, T,                                      \
                         FA_GPU_LAUNCH(bwd_dkdv<T>, grid_of(rows),              \
                                       kWarps *FA_GPU_WARP, smem,               \
                                       (fa_gpu_stream)stream, *p));             \
@@ -568,8 +581,9 @@ void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
   extern "C" int prefix##_bwd_zero_paged(const fa_gpu_params *p,               \
                                          void *stream) {                       \
     using namespace fa_gpu_generic;                                            \
-    int64_t rows = (int64_t)p->batch * p->heads_kv * p->seqlen_k;              \
-    FA_GPU_DTYPE_SWITCH(p->dtype, T,                                           \
+    int64_t rows =                                                             \
+        (int64_t)p->prob.batch * p->prob.heads_kv * p->prob.seqlen_k;          \
+    FA_GPU_DTYPE_SWITCH(p->prob.dtype, T,                                      \
                         FA_GPU_LAUNCH(bwd_zero_paged<T>, grid_of(rows),        \
                                       kWarps *FA_GPU_WARP, 0,                  \
                                       (fa_gpu_stream)stream, *p));             \
@@ -577,7 +591,7 @@ void fwd_launch(const fa_gpu_params *p, fa_gpu_stream stream) {
   }                                                                            \
   extern "C" int prefix##_merge(                                               \
       int n, const fa_gpu_merge_part *desc, int dtype, int batch, int seqlen,  \
-      int heads, int head_dim, fa_gpu_view o, float *lse, void *stream) {      \
+      int heads, int head_dim, fa_tensor_view o, float *lse, void *stream) {   \
     using namespace fa_gpu_generic;                                            \
     int64_t rows = (int64_t)batch * heads * seqlen;                            \
     FA_GPU_DTYPE_SWITCH(dtype, T,                                              \

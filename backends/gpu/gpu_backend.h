@@ -270,9 +270,9 @@ static fa_status run_forward(gpu_state *st, const fa_problem *p,
   fa_gpu_fill_forward(&q, p, plan, a);
   void *ws;
   if ((s = plan_scratch(st, plan, &ws))) return s;
-  if (q.num_splits > 1) fa_gpu_place_split(&q, ws);
+  if (q.plan.num_splits > 1) fa_gpu_place_split(&q, ws);
   if ((s = launched(fn(&q, st->stream), name))) return s;
-  if (q.num_splits > 1)
+  if (q.plan.num_splits > 1)
     return launched(FA_GPU_LAUNCHER(combine)(&q, st->stream),
                     "the split-KV combine");
   return FA_OK;
@@ -313,9 +313,8 @@ static fa_status plan_generic_kernel(const fa_kernel_query *q,
   if (is_backward(q)) {
     d->workspace_bytes =
         (size_t)p->a.batch * p->a.heads_q * p->a.seqlen_q * sizeof(float);
-    fa_gpu_params g;
-    fa_gpu_fill_problem(&g, p);
-    s = fa_gpu_generic_bwd_fits(core, &g, name);
+    const fa_flat_problem f = fa_problem_flat(p);
+    s = fa_gpu_generic_bwd_fits(core, &f, name);
   } else {
     d->workspace_bytes = fa_gpu_split_bytes_of(p, d);
     s = fa_gpu_grid_fits(core, d->num_work, name);
@@ -353,7 +352,7 @@ static fa_status merge_states(void *state, int n, const fa_tensor *o_parts,
   free(desc);
   if (s) return s;
   return launched(FA_GPU_LAUNCHER(merge)(n, ws, (int)o.dtype, batch, seqlen,
-                                         heads, head_dim, fa_gpu_view_of(&o),
+                                         heads, head_dim, fa_tensor_view_of(&o),
                                          lse, st->stream),
                   "the merge kernel");
 }

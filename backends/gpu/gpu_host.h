@@ -18,80 +18,31 @@
 
 #include "backend.h"
 #include "gpu_params.h"
-#include "gpu_semantics.h"
-
-static inline fa_gpu_view fa_gpu_view_of(const fa_tensor *t) {
-  fa_gpu_view v = {t->data, t->stride_batch, t->stride_seq, t->stride_head};
-  return v;
-}
+#include "plan.h"
+#include "seq_rows.h"
 
 static inline fa_gpu_descale_ref fa_gpu_descale_of(const fa_tensor *t) {
   fa_gpu_descale_ref d = {t->descale, t->descale_per_head};
   return d;
 }
 
-/* The problem part: core's fa_problem, defaults resolved. */
-static inline void fa_gpu_fill_problem(fa_gpu_params *q, const fa_problem *p) {
-  const fa_attention *a = &p->a;
-  memset(q, 0, sizeof *q);
-  q->batch = a->batch;
-  q->seqlen_q = a->seqlen_q;
-  q->seqlen_k = a->seqlen_k;
-  q->heads_q = a->heads_q;
-  q->heads_kv = a->heads_kv;
-  q->group = p->group;
-  q->head_dim = a->head_dim;
-  q->head_dim_v = a->head_dim_v;
-  q->scale = a->scale;
-  q->softcap = a->softcap;
-  q->window_left = a->window_left;
-  q->window_right = a->window_right;
-  q->top_left = p->top_left;
-  q->varlen_q = p->varlen_q;
-  q->varlen_k = p->varlen_k;
-  q->paged = p->paged;
-  q->dtype = (int)p->dtype;
-  q->dtype_out = (int)p->dtype_out;
-  q->alibi_slopes = a->alibi_slopes;
-  q->sinks = a->sinks;
-  q->cu_seqlens_q = a->cu_seqlens_q;
-  q->cu_seqlens_k = a->cu_seqlens_k;
-  q->seqused_k = a->seqused_k;
-  q->block_table = a->block_table;
-  q->max_blocks_per_seq = a->max_blocks_per_seq;
-  q->page_size = a->page_size;
-  q->num_pages = a->num_pages;
-  q->rows_q = p->rows_q;
-  q->rows_k = p->rows_k;
-  if (p->explicit_positions) { // one offset (fa_gpu_features_ok)
-    q->shift_fixed = 1;
-    q->shift = (int)(a->q_position - a->k_position);
-  }
-  q->only_batch = -1;
-}
-
-/* The plan's geometry, as the core computed it (a kernel with a fixed tile
-   overrides block_q / block_k afterwards). */
-static inline void fa_gpu_fill_plan(fa_gpu_params *q,
+/* The problem and plan parts: the core's (fa_problem_flat, fa_plan_flat). */
+static inline void fa_gpu_fill_core(fa_gpu_params *q, const fa_problem *p,
                                     const fa_plan_data *plan) {
-  q->block_q = plan->block_q;
-  q->block_k = plan->block_k;
-  q->pack_group = plan->pack_group;
-  q->block_rows = plan->block_rows;
-  q->num_q_blocks = plan->num_q_blocks;
-  q->num_splits = plan->num_splits;
-  q->num_work = plan->num_work;
+  memset(q, 0, sizeof *q);
+  q->prob = fa_problem_flat(p);
+  q->plan = fa_plan_flat(plan);
+  q->only_batch = -1;
 }
 
 static inline void fa_gpu_fill_forward(fa_gpu_params *q, const fa_problem *p,
                                        const fa_plan_data *plan,
                                        const fa_fwd_args *a) {
-  fa_gpu_fill_problem(q, p);
-  fa_gpu_fill_plan(q, plan);
-  q->q = fa_gpu_view_of(&a->q);
-  q->k = fa_gpu_view_of(&a->k);
-  q->v = fa_gpu_view_of(&a->v);
-  q->o = fa_gpu_view_of(&a->o);
+  fa_gpu_fill_core(q, p, plan);
+  q->q = fa_tensor_view_of(&a->q);
+  q->k = fa_tensor_view_of(&a->k);
+  q->v = fa_tensor_view_of(&a->v);
+  q->o = fa_tensor_view_of(&a->o);
   q->descale_q = fa_gpu_descale_of(&a->q);
   q->descale_k = fa_gpu_descale_of(&a->k);
   q->descale_v = fa_gpu_descale_of(&a->v);
@@ -103,25 +54,19 @@ static inline void fa_gpu_fill_forward(fa_gpu_params *q, const fa_problem *p,
 static inline void fa_gpu_fill_backward(fa_gpu_params *q, const fa_problem *p,
                                         const fa_plan_data *plan,
                                         const fa_bwd_args *a) {
-  fa_gpu_fill_problem(q, p);
-  fa_gpu_fill_plan(q, plan);
-  q->pack_group = 1;
-  q->num_splits = 1;
-  q->num_work = 0;
-  q->q = fa_gpu_view_of(&a->q);
-  q->k = fa_gpu_view_of(&a->k);
-  q->v = fa_gpu_view_of(&a->v);
-  q->o = fa_gpu_view_of(&a->o);
-  q->d_o = fa_gpu_view_of(&a->d_o);
-  q->dq = fa_gpu_view_of(&a->dq);
-  q->dk = fa_gpu_view_of(&a->dk);
-  q->dv = fa_gpu_view_of(&a->dv);
+  fa_gpu_fill_core(q, p, plan);
+  q->plan.pack_group = 1;
+  q->plan.num_splits = 1;
+  q->plan.num_work = 0;
+  q->q = fa_tensor_view_of(&a->q);
+  q->k = fa_tensor_view_of(&a->k);
+  q->v = fa_tensor_view_of(&a->v);
+  q->o = fa_tensor_view_of(&a->o);
+  q->d_o = fa_tensor_view_of(&a->d_o);
+  q->dq = fa_tensor_view_of(&a->dq);
+  q->dk = fa_tensor_view_of(&a->dk);
+  q->dv = fa_tensor_view_of(&a->dv);
   q->lse_in = a->lse;
-}
-
-/* Rows of lse / delta: batch * heads_q * seqlen_q. */
-static inline int64_t fa_gpu_rows_q(const fa_gpu_params *q) {
-  return (int64_t)q->batch * q->heads_q * q->seqlen_q;
 }
 
 /* Scratch bytes of a forward plan's split-KV partials (part_ml, part_o), 0
@@ -135,7 +80,7 @@ static inline size_t fa_gpu_split_bytes_of(const fa_problem *p,
 }
 
 static inline void fa_gpu_place_split(fa_gpu_params *q, void *ws) {
-  size_t rows = (size_t)q->num_work * (size_t)q->block_q;
+  size_t rows = (size_t)q->plan.num_work * (size_t)q->plan.block_q;
   q->part_ml = (float *)ws;
   q->part_o = (float *)ws + rows * 2;
 }
@@ -283,13 +228,12 @@ static inline void fa_gpu_fixed_plan(const fa_problem *p, int block_q,
   out->blocks_total = out->num_work * out->num_k_blocks;
   out->blocks_visited = out->blocks_total;
   if (out->num_q_blocks > (1 << 20)) return; // as fa_plan_compute
-  fa_gpu_params g;
-  fa_gpu_fill_problem(&g, p);
+  const fa_flat_problem f = fa_problem_flat(p);
   int64_t visited = 0;
   for (int qb = 0; qb < out->num_q_blocks; qb++) {
     int kb0, kb1;
-    fa_gpu_kv_blocks(&g, block_q, block_k, a->seqlen_q, a->seqlen_k, qb, &kb0,
-                     &kb1);
+    fa_flat_kv_blocks(&f, block_q, block_k, a->seqlen_q, a->seqlen_k, qb, &kb0,
+                      &kb1);
     if (kb1 > kb0) visited += kb1 - kb0;
   }
   out->blocks_visited = visited * units;
@@ -341,10 +285,11 @@ static inline int fa_gpu_generic_supports(const fa_kernel_query *kq, char *why,
 /* Whether the generic backward's grids fit (one wavefront per row, four
    per workgroup): FA_OK, or the failure reported through core. */
 static inline fa_status fa_gpu_generic_bwd_fits(const fa_core_services *core,
-                                                const fa_gpu_params *q,
+                                                const fa_flat_problem *f,
                                                 const char *what) {
-  int64_t rows_k = (int64_t)q->batch * q->heads_kv * q->seqlen_k;
-  fa_status s = fa_gpu_grid_fits(core, (fa_gpu_rows_q(q) + 3) / 4, what);
+  int64_t rows_q = (int64_t)f->batch * f->heads_q * f->seqlen_q;
+  int64_t rows_k = (int64_t)f->batch * f->heads_kv * f->seqlen_k;
+  fa_status s = fa_gpu_grid_fits(core, (rows_q + 3) / 4, what);
   return s ? s : fa_gpu_grid_fits(core, (rows_k + 3) / 4, what);
 }
 
@@ -396,11 +341,11 @@ static inline int fa_gpu_bwd_generic_launch(const fa_gpu_bwd_launchers *l,
   *step = "the generic backward (dQ)";
   if ((e = l->dq(q, stream))) return e;
   *step = "the generic backward (dK, dV)";
-  if (!q->paged) return l->dkdv(q, stream);
+  if (!q->prob.paged) return l->dkdv(q, stream);
   *step = "the generic backward (zero dK, dV pages)";
   if ((e = l->zero_paged(q, stream))) return e;
   *step = "the generic backward (dK, dV)";
-  for (int b = 0; b < q->batch; b++) {
+  for (int b = 0; b < q->prob.batch; b++) {
     q->only_batch = b;
     if ((e = l->dkdv(q, stream))) return e;
   }

@@ -48,7 +48,7 @@ struct fa_gpu_e5m2 {
 FA_GPU_DEVICE float fa_gpu_descale(const fa_gpu_descale_ref &d,
                                    const fa_gpu_params &p, int b, int hk) {
   if (!d.data) return 1.0f;
-  return d.per_head ? d.data[(int64_t)b * p.heads_kv + hk] : d.data[0];
+  return d.per_head ? d.data[(int64_t)b * p.prob.heads_kv + hk] : d.data[0];
 }
 
 #endif

@@ -146,8 +146,8 @@ int main(void) {
   memset(&plan, 0, sizeof plan);
   fa_gpu_params g;
   fa_gpu_fill_forward(&g, &u.p, &plan, &args);
-  CHECK(g.dtype == FA_E5M2 && g.dtype_out == FA_F16, "dtypes %d -> %d", g.dtype,
-        g.dtype_out);
+  CHECK(g.prob.dtype == FA_E5M2 && g.prob.dtype_out == FA_F16,
+        "dtypes %d -> %d", g.prob.dtype, g.prob.dtype_out);
   CHECK(g.descale_q.data == per_head && g.descale_q.per_head == 1 &&
             g.descale_k.data == per_head && g.descale_v.per_head == 1,
         "descales not passed to the kernel parameters");

@@ -5,7 +5,7 @@
 //     boxes tile every block, each box inside one page and starting on an
 //     8-row swizzle atom (checked box by box, not by the rule's formula);
 //   - the page and slot of each box address the same rows as
-//     fa_gpu_k_offset (gpu_semantics.h, the one every GPU kernel uses), on
+//     fa_seq_k_offset (core/seq_rows.h, the one every kernel uses), on
 //     random block tables with entries outside the pool: such an entry, and
 //     a box past the sequence, give the coordinate num_pages (the copy
 //     engine fills zeros), and a box past the sequence reads no entry.
@@ -17,7 +17,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "sm90_paged.h"
 #include "sm90_tiles.h"
 #include "tensor.h"
@@ -58,7 +59,7 @@ static void check_geometry(void) {
 }
 
 /* A random paged problem: its table (some entries outside the pool) and
-   the boxes of every block against fa_gpu_k_offset, row by row. */
+   the boxes of every block against fa_seq_k_offset, row by row. */
 static void check_boxes(ts_rng *r, int bn) {
   static const int sizes[] = {8, 16, 32, 64, 128, 256, 384, 512};
   const int ps = sizes[ts_rng_int(r, 0, 7)];
@@ -82,12 +83,13 @@ static void check_boxes(ts_rng *r, int bn) {
   }
   fa_gpu_params p;
   memset(&p, 0, sizeof p);
-  p.paged = 1;
-  p.page_size = ps;
-  p.num_pages = num_pages;
-  p.block_table = table;
-  p.max_blocks_per_seq = mbps;
-  fa_gpu_view k = {NULL, (int64_t)ps * heads * 128 + 64, heads * 128 + 8, 128};
+  p.prob.paged = 1;
+  p.prob.page_size = ps;
+  p.prob.num_pages = num_pages;
+  p.prob.block_table = table;
+  p.prob.max_blocks_per_seq = mbps;
+  fa_tensor_view k = {NULL, (int64_t)ps * heads * 128 + 64, heads * 128 + 8,
+                      128};
   const int rows = fa_sm90_paged_box_rows(ps, bn);
   for (int b = 0; b < batch; b++) {
     const int sk = ts_rng_int(r, 0, seqlen_k);
@@ -99,7 +101,7 @@ static void check_boxes(ts_rng *r, int bn) {
               ps, b, key0, sk, x.page);
         continue;
       }
-      const int64_t off = fa_gpu_k_offset(&p, &k, b, key0, h);
+      const int64_t off = fa_seq_k_offset(&p.prob, &k, b, key0, h);
       if (off < 0) {
         CHECK(x.page == num_pages, "page %d b %d key %d: entry %d, page %d", ps,
               b, key0, table[b * mbps + key0 / ps], x.page);
@@ -110,7 +112,7 @@ static void check_boxes(ts_rng *r, int bn) {
             "page %d b %d key %d: box page %d slot %d outside", ps, b, key0,
             x.page, x.slot);
       for (int i = 0; i < rows && key0 + i < mbps * ps; i++) {
-        const int64_t want = fa_gpu_k_offset(&p, &k, b, key0 + i, h);
+        const int64_t want = fa_seq_k_offset(&p.prob, &k, b, key0 + i, h);
         const int64_t got =
             x.page * k.sb + (int64_t)(x.slot + i) * k.ss + (int64_t)h * k.sh;
         CHECK(want == got, "page %d b %d key %d row %d: offset %lld, box %lld",
@@ -130,7 +132,7 @@ int main(void) {
   for (int c = 0; c < 300; c++)
     for (int i = 0; i < fa_cuda_num_sm90_tiles; i++)
       check_boxes(&r, fa_cuda_sm90_tiles[i].block_n);
-  printf("sm90_paged.h: boxes against fa_gpu_k_offset on 300 random tables "
+  printf("sm90_paged.h: boxes against fa_seq_k_offset on 300 random tables "
          "per tile (FA_TEST_SEED=0x%llx reproduces)\n",
          (unsigned long long)seed);
   return ut_finish("gpu.sm90-paged");

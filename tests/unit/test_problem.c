@@ -282,6 +282,8 @@ static void test_offsets(void) {
   a.cu_seqlens_k = cu_k;
   CHECK(fa_problem_init(&p, &a, FA_F32) == FA_OK, "init: %s", fa_last_error());
   CHECK(fa_problem_check_arrays(&p) == FA_OK, "arrays: %s", fa_last_error());
+  p.rows_q = cu_q[3]; // as the core fills them after the checks
+  p.rows_k = cu_k[3];
   fa_tensor packed = {NULL, FA_F32, 0, H * D, D};
   CHECK(fa_q_offset(&p, &packed, 1, 2, 1) == (3 + 2) * H * D + D,
         "varlen q offset %lld", (long long)fa_q_offset(&p, &packed, 1, 2, 1));
@@ -299,6 +301,8 @@ static void test_offsets(void) {
   a.seqused_k = used; // takes precedence over cu_seqlens_k differences
   CHECK(fa_problem_init(&p, &a, FA_F32) == FA_OK, "init: %s", fa_last_error());
   CHECK(fa_problem_check_arrays(&p) == FA_OK, "arrays: %s", fa_last_error());
+  p.rows_q = cu_q[3];
+  p.rows_k = cu_k[3];
   CHECK(fa_seq_len_k(&p, 0) == 4 && fa_seq_len_k(&p, 1) == 0 &&
             fa_seq_len_k(&p, 2) == 2,
         "seqused_k lengths %d %d %d", fa_seq_len_k(&p, 0), fa_seq_len_k(&p, 1),

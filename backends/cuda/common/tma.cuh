@@ -84,7 +84,7 @@ inline encode_tiled_fn encoder() {
 /* A [batch][rows][heads][D] view (element strides) as a 4-d tensor map of
    boxes {64 columns, box_rows rows, 1 head, 1 batch}. Returns 0 when the
    copy engine cannot address it (alignment, stride limits). */
-inline int make_map(CUtensorMap *m, const fa_gpu_view &v, int dtype, int d,
+inline int make_map(CUtensorMap *m, const fa_tensor_view &v, int dtype, int d,
                     int64_t rows, int heads, int batch, int box_rows) {
   encode_tiled_fn enc = encoder();
   if (!enc) return 0;

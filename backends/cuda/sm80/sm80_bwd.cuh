@@ -61,12 +61,12 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
-  const int nkb = (p.seqlen_k + BK - 1) / BK;
+  const int nkb = (p.prob.seqlen_k + BK - 1) / BK;
   const int jb = (int)(blockIdx.x % nkb);
-  const int hk = (int)(blockIdx.x / nkb % p.heads_kv);
-  const int b = (int)(blockIdx.x / nkb / p.heads_kv);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
-  const int storage = fa_gpu_storage_k(&p, b), col0 = jb * BK;
+  const int hk = (int)(blockIdx.x / nkb % p.prob.heads_kv);
+  const int b = (int)(blockIdx.x / nkb / p.prob.heads_kv);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
+  const int storage = fa_seq_storage_k(&p.prob, b), col0 = jb * BK;
   if (col0 >= storage) return;
   T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
   const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
@@ -79,10 +79,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     const bool ok = j < sk;
     const uint32_t so = L::offset(r, c) * 2;
     cp_async16(aK + so,
-               ok ? gk + fa_gpu_k_offset(&p, &p.k, b, j, hk) + c * 8 : gk,
+               ok ? gk + fa_seq_k_offset(&p.prob, &p.k, b, j, hk) + c * 8 : gk,
                ok ? 16 : 0);
     cp_async16(aV + so,
-               ok ? gv + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c * 8 : gv,
+               ok ? gv + fa_seq_k_offset(&p.prob, &p.v, b, j, hk) + c * 8 : gv,
                ok ? 16 : 0);
   }
   cp_async_commit();
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
   int i_begin, i_end; // queries that see some key of the block
-  fa_gpu_queries_of_keys(&p, col0, BK, sq, sk, &i_begin, &i_end);
+  fa_flat_queries_of_keys(&p.prob, col0, BK, sq, sk, &i_begin, &i_end);
   // This thread's keys (rows g and g + 8 of the warp's 16) and the queries
   // each sees: the per-element mask.
   const int kw = warp * 16;
@@ -103,17 +103,17 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   for (int hr = 0; hr < 2; hr++) {
     const int j = col0 + kw + g + 8 * hr;
     qlo[hr] = qhi[hr] = 0;
-    if (j < sk) fa_gpu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
+    if (j < sk) fa_flat_queries_of_key(&p.prob, j, sq, sk, &qlo[hr], &qhi[hr]);
   }
-  const float sl2 = p.scale * kLog2e;
+  const float sl2 = p.prob.scale * kLog2e;
 
   // Work items t = (q head of the group, q block): Q, dO, LSE and D of
   // item t + 1 load into the other buffer while item t computes.
   const int r_first = i_begin / BQ * BQ;
   const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
-  const int items = nrb * p.group;
+  const int items = nrb * p.prob.group;
   auto load_q = [&](int t, int buf) {
-    const int h = hk * p.group + t / nrb, r0 = r_first + t % nrb * BQ;
+    const int h = hk * p.prob.group + t / nrb, r0 = r_first + t % nrb * BQ;
     const uint32_t qb = aQ + buf * BQ * D * 2, ob = adO + buf * BQ * D * 2;
 #pragma unroll
     for (int it = 0; it < BQ * CH / NT; it++) {
@@ -121,17 +121,18 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
       const bool ok = i < sq;
       const uint32_t so = L::offset(r, c) * 2;
       cp_async16(qb + so,
-                 ok ? gq + fa_gpu_q_offset(&p, &p.q, b, i, h) + c * 8 : gq,
+                 ok ? gq + fa_seq_q_offset(&p.prob, &p.q, b, i, h) + c * 8 : gq,
                  ok ? 16 : 0);
       cp_async16(ob + so,
-                 ok ? gdo + fa_gpu_q_offset(&p, &p.d_o, b, i, h) + c * 8 : gdo,
+                 ok ? gdo + fa_seq_q_offset(&p.prob, &p.d_o, b, i, h) + c * 8
+                    : gdo,
                  ok ? 16 : 0);
     }
     if (tid < BQ) {
       const int i = r0 + tid;
       float l = 0.0f, dl = 0.0f;
       if (i < sq) {
-        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+        const int64_t ri = fa_flat_row_index(&p.prob, b, h, i);
         l = p.lse_in[ri];
         dl = p.delta[ri];
       }
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   for (int t = 0; t < items; t++) {
     {
       const int buf = t & 1;
-      const int h = hk * p.group + t / nrb, r0 = r_first + t % nrb * BQ;
+      const int h = hk * p.prob.group + t / nrb, r0 = r_first + t % nrb * BQ;
       if (t + 1 < items) load_q(t + 1, buf ^ 1);
       cp_async_commit();
       const uint32_t aQ_ = aQ + buf * BQ * D * 2, adO_ = adO + buf * BQ * D * 2;
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
               vis ? ex2(fa_backward_exponent(fmaf(s[n][e], sl2, -sL_[qc])))
                   : 0.0f;
           s[n][e] = pr;
-          dp[n][e] = pr * (dp[n][e] - sDl_[qc]) * p.scale;
+          dp[n][e] = pr * (dp[n][e] - sDl_[qc]) * p.prob.scale;
         }
 
         // ---- dV += P^T dO, dK += dS^T Q (the k dimension is the q rows) ----
@@ -264,7 +265,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
         const int i = r0 + qw + g + 8 * hr;
         if (i >= sq) continue;
         float *row =
-            dq_acc + (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D + dw;
+            dq_acc +
+            (((int64_t)b * p.prob.seqlen_q + i) * p.prob.heads_q + h) * D + dw;
 #pragma unroll
         for (int n = 0; n < NDW; n++) {
           atomicAdd(row + n * 8 + 2 * t4, dq[n][2 * hr]);
@@ -282,8 +284,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
     const int j = col0 + kw + g + 8 * hr;
     if (j >= storage) continue;
     const bool real = j < sk;
-    T *rk = gdk + fa_gpu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
-    T *rv = gdv + fa_gpu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
+    T *rk = gdk + fa_seq_k_offset(&p.prob, &p.dk, b, j, hk) + 2 * t4;
+    T *rv = gdv + fa_seq_k_offset(&p.prob, &p.dv, b, j, hk) + 2 * t4;
 #pragma unroll
     for (int n = 0; n < ND; n++) {
       *reinterpret_cast<uint32_t *>(rk + n * 8) =
@@ -301,8 +303,8 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, void *stream) {
   cudaError_t e = cudaFuncSetAttribute(
       bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t nkb = (p->seqlen_k + kBwdKeys - 1) / kBwdKeys;
-  const int64_t ctas = nkb * p->heads_kv * p->batch;
+  const int64_t nkb = (p->prob.seqlen_k + kBwdKeys - 1) / kBwdKeys;
+  const int64_t ctas = nkb * p->prob.heads_kv * p->prob.batch;
   // (no keys, or no queries: an empty grid is not launched)
   if (ctas > 0)
     bwd_kernel<T, D><<<(unsigned)ctas, kBwdWarps * 32, smem, s>>>(*p, dq_acc);

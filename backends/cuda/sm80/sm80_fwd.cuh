@@ -30,7 +30,8 @@
 
 #include "common/ptx.cuh"
 #include "cuda_internal.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "softmax.h"
 
 namespace fa_sm80 {
@@ -240,19 +241,19 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t w = blockIdx.x;
   int b, h0, qb, split;
-  fa_gpu_work_item(&p, w, &b, &h0, &qb, &split);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
+  fa_flat_work_item(&p.prob, &p.plan, w, &b, &h0, &qb, &split);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
   // Lanes of the tile are (row, head) pairs, head fastest: GQA packing puts
   // the pack q heads that share kv head hk into one tile. Lane r is query
   // row0 + r / pack of head h0 + r % pack; lanes past `lanes` are padding.
-  const int pack = p.pack_group, row0 = qb * p.block_rows;
+  const int pack = p.plan.pack_group, row0 = qb * p.plan.block_rows;
   if (row0 >= sq) return;
-  const int nrows = min(p.block_rows, sq - row0), lanes = nrows * pack;
-  const int hk = h0 / p.group;
+  const int nrows = min(p.plan.block_rows, sq - row0), lanes = nrows * pack;
+  const int hk = h0 / p.prob.group;
   int kb0, kb1, s0, s1;
-  fa_gpu_kv_blocks(&p, p.block_rows, BK, sq, sk, qb, &kb0, &kb1);
-  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
-  const int shift = fa_gpu_shift(&p, sq, sk);
+  fa_flat_kv_blocks(&p.prob, p.plan.block_rows, BK, sq, sk, qb, &kb0, &kb1);
+  fa_split_range(kb0, kb1, p.plan.num_splits, split, &s0, &s1);
+  const int shift = fa_flat_shift(&p.prob, sq, sk);
 
   const uint32_t sbase = smem_u32(smem_raw);
 
@@ -263,10 +264,11 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   for (int it = 0; it < BQ * CH / NT; it++) {
     const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
     const bool ok = r < lanes;
-    const T *src =
-        ok ? gq + fa_gpu_q_offset(&p, &p.q, b, row0 + r / pack, h0 + r % pack) +
-                 c * 8
-           : gq;
+    const T *src = ok ? gq +
+                            fa_seq_q_offset(&p.prob, &p.q, b, row0 + r / pack,
+                                            h0 + r % pack) +
+                            c * 8
+                      : gq;
     cp_async16(sbase + L::offset(r, c) * 2, src, ok ? 16 : 0);
   }
   cp_async_commit();
@@ -280,18 +282,18 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     const int64_t kss = opaque<F>(p.k.ss), vss = opaque<F>(p.v.ss);
     const T *gk = (const T *)p.k.data, *gv = (const T *)p.v.data;
     const int64_t k_row0 =
-        p.paged ? 0 : opaque<F>(fa_gpu_k_offset(&p, &p.k, b, 0, hk));
+        p.prob.paged ? 0 : opaque<F>(fa_seq_k_offset(&p.prob, &p.k, b, 0, hk));
     const int64_t v_row0 =
-        p.paged ? 0 : opaque<F>(fa_gpu_k_offset(&p, &p.v, b, 0, hk));
+        p.prob.paged ? 0 : opaque<F>(fa_seq_k_offset(&p.prob, &p.v, b, 0, hk));
 #pragma unroll
     for (int it = 0; it < BK * CH / NT; it++) {
       const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
       const int j = kb * BK + r;
       bool ok = j < sk;
       int64_t ko = 0, vo = 0;
-      if (ok && p.paged) {
-        ko = fa_gpu_k_offset(&p, &p.k, b, j, hk);
-        vo = fa_gpu_k_offset(&p, &p.v, b, j, hk);
+      if (ok && p.prob.paged) {
+        ko = fa_seq_k_offset(&p.prob, &p.k, b, j, hk);
+        vo = fa_seq_k_offset(&p.prob, &p.v, b, j, hk);
         // A block-table entry outside the pool (offset -1): zeros.
         if (ko < 0) ok = false, ko = vo = 0;
       } else if (ok) {
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // SPECIAL: softcap, ALiBi or a negative scale transform every score
   // (a separate instantiation, so the plain kernel carries none of it).
   constexpr bool special = SPECIAL;
-  const float mul = special ? 1.0f : p.scale * kLog2e;
+  const float mul = special ? 1.0f : p.prob.scale * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
   // Blocks that need no mask: every row sees all their keys. The window
   // edges move one key per row, so the block's first and last rows decide:
@@ -335,8 +337,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   int full_lo, full_hi;
   {
     int lo_f, hi_f, lo_l, hi_l;
-    fa_gpu_visible(&p, row0, sq, sk, &lo_f, &hi_f);
-    fa_gpu_visible(&p, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
+    fa_flat_visible(&p.prob, row0, sq, sk, &lo_f, &hi_f);
+    fa_flat_visible(&p.prob, row0 + nrows - 1, sq, sk, &lo_l, &hi_l);
     full_lo = lo_l;
     full_hi = lo_f < hi_f ? hi_f - BK : -1;
   }
@@ -449,8 +451,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
             for (int e = 0; e < 2; e++) {
               const int j = col0 + n * 8 + 2 * t4 + e;
               s[mi][n][2 * hr + e] =
-                  fa_gpu_transform(&p, p.scale * s[mi][n][2 * hr + e], h, i, j,
-                                   shift) *
+                  fa_flat_transform(&p.prob,
+                                    p.prob.scale * s[mi][n][2 * hr + e], h, i,
+                                    j, shift) *
                   kLog2e;
             }
         }
@@ -462,7 +465,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         for (int hr = 0; hr < 2; hr++) {
           const int i = row0 + (wrow0 + mi * 16 + g + 8 * hr) / pack;
           int lo, hi;
-          fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+          fa_flat_visible(&p.prob, i, sq, sk, &lo, &hi);
 #pragma unroll
           for (int n = 0; n < NS; n++)
 #pragma unroll
@@ -547,15 +550,16 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       const float m_nat = mrow[mi][hr] == -INFINITY
                               ? -INFINITY
                               : fa_mul_rn(mrow[mi][hr], mul) * kLn2;
-      if (p.num_splits == 1) {
+      if (p.plan.num_splits == 1) {
         float lse;
-        const float f = fa_softmax_finalize_sinks(m_nat, l, p.sinks, h, &lse);
-        T *dst = go + fa_gpu_q_offset(&p, &p.o, b, i, h) + 2 * t4;
+        const float f =
+            fa_softmax_finalize_sinks(m_nat, l, p.prob.sinks, h, &lse);
+        T *dst = go + fa_seq_q_offset(&p.prob, &p.o, b, i, h) + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
           *reinterpret_cast<uint32_t *>(dst + n * 8) =
               pack2<T>(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
-        if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
+        if (p.lse && t4 == 0) p.lse[fa_flat_row_index(&p.prob, b, h, i)] = lse;
       } else {
         const int64_t at = w * BQ + r;
         if (t4 == 0) {
@@ -580,15 +584,16 @@ int launch_one(const fa_gpu_params *p, void *stream) {
                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
   fwd_kernel<T, D, V, SPECIAL>
-      <<<(unsigned)p->num_work, TL::NW * 32, smem, (cudaStream_t)stream>>>(*p);
+      <<<(unsigned)p->plan.num_work, TL::NW * 32, smem, (cudaStream_t)stream>>>(
+          *p);
   return (int)cudaGetLastError();
 }
 
 template <typename T, int D, int V>
 int launch(const fa_gpu_params *p, void *stream) {
-  if (p->num_work <= 0) return 0;
+  if (p->plan.num_work <= 0) return 0;
   const bool special =
-      p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
+      p->prob.softcap > 0.0f || p->prob.alibi_slopes || !(p->prob.scale > 0.0f);
   return special ? launch_one<T, D, V, true>(p, stream)
                  : launch_one<T, D, V, false>(p, stream);
 }

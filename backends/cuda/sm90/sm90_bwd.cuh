@@ -54,7 +54,9 @@
 #include "common/tma.cuh"
 #include "common/wgmma_sync.cuh"
 #include "flashattn.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
+#include "softmax.h"
 #include "sm90_wgmma.h"
 
 namespace fa_sm90 {
@@ -160,18 +162,18 @@ __global__ void __launch_bounds__(256, 1)
   // overflowed the 50 MB L2 and every reduction went to HBM. Head-major
   // (run 26): d128 s 1k full 255 -> 302 TFLOPS, causal 192 -> 219; 16k
   // equal or better; causal 4k-8k 3-4% lower.
-  const int nkb = (p.seqlen_k + BN - 1) / BN;
+  const int nkb = (p.prob.seqlen_k + BN - 1) / BN;
   const int jb = (int)(blockIdx.x % nkb), bh = (int)(blockIdx.x / nkb);
-  const int hk = bh % p.heads_kv, b = bh / p.heads_kv;
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
-  const int storage = fa_gpu_storage_k(&p, b), col0 = jb * BN;
+  const int hk = bh % p.prob.heads_kv, b = bh / p.prob.heads_kv;
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
+  const int storage = fa_seq_storage_k(&p.prob, b), col0 = jb * BN;
   if (col0 >= storage) return;
 
   int i_begin, i_end; // queries that see some key of the block
-  fa_gpu_queries_of_keys(&p, col0, BN, sq, sk, &i_begin, &i_end);
+  fa_flat_queries_of_keys(&p.prob, col0, BN, sq, sk, &i_begin, &i_end);
   const int r_first = i_begin / BQ * BQ;
   const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
-  const int steps = nrb * p.group;
+  const int steps = nrb * p.prob.group;
   // This thread's keys (rows g and g + 8 of its warp's 16) and the
   // queries each sees: the per-element mask.
   const int kr = wg * 64 + warp * 16 + g;
@@ -180,13 +182,13 @@ __global__ void __launch_bounds__(256, 1)
   for (int hr = 0; hr < 2; hr++) {
     const int j = col0 + kr + 8 * hr;
     qlo[hr] = qhi[hr] = 0;
-    if (j < sk) fa_gpu_queries_of_key(&p, j, sq, sk, &qlo[hr], &qhi[hr]);
+    if (j < sk) fa_flat_queries_of_key(&p.prob, j, sq, sk, &qlo[hr], &qhi[hr]);
   }
 
-  const int qbat = p.varlen_q ? 0 : b, kbat = p.varlen_k ? 0 : b;
-  const int qrow0 = (int)fa_gpu_start_q(&p, b);
-  const int krow0 = (int)fa_gpu_start_k(&p, b);
-  auto head_of = [&](int t) { return hk * p.group + t / nrb; };
+  const int qbat = p.prob.varlen_q ? 0 : b, kbat = p.prob.varlen_k ? 0 : b;
+  const int qrow0 = (int)fa_seq_start_q(&p.prob, b);
+  const int krow0 = (int)fa_seq_start_k(&p.prob, b);
+  auto head_of = [&](int t) { return hk * p.prob.group + t / nrb; };
   auto row_of = [&](int t) { return r_first + t % nrb * BQ; };
   // Step t's Q and dO (thread 0) ...
   auto issue_q = [&](int t) {
@@ -208,7 +210,7 @@ __global__ void __launch_bounds__(256, 1)
       const int s = t % NS, h = head_of(t), r = tid % BQ, i = row_of(t) + r;
       float *dst = (tid < BQ ? sL : sDl) + s * BQ + r;
       if (i < sq) {
-        const int64_t ri = fa_gpu_row_index(&p, b, h, i);
+        const int64_t ri = fa_flat_row_index(&p.prob, b, h, i);
         cp_async4(smem_u32(dst), tid < BQ ? p.lse_in + ri : p.delta + ri);
       } else {
         *dst = 0.0f;
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(256, 1)
   float dv[D / 2], dk[D / 2];
 #pragma unroll
   for (int e = 0; e < D / 2; e++) dv[e] = dk[e] = 0.0f;
-  const float sl2 = p.scale * kLog2e;
+  const float sl2 = p.prob.scale * kLog2e;
 
   for (int t = 0; t < steps; t++) {
     const int s = t % NS, h = head_of(t), r0 = row_of(t);
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
           const int c = 4 * j + 2 * hr + e;
-          dp[c] = sc[c] * (dp[c] - dl) * p.scale;
+          dp[c] = sc[c] * (dp[c] - dl) * p.prob.scale;
         }
       }
     // 16-bit A fragments (k16 step kk = queries 16 kk ..): see sm90_fwd's
@@ -392,9 +394,10 @@ __global__ void __launch_bounds__(256, 1)
       const bool even = (t4 & 1) == 0;
       const int row = (DQ_COLS ? 0 : wg * 64) + warp * 16 + g + (even ? 0 : 8);
       const int i = r0 + row;
-      float *dst = dq_acc +
-                   (((int64_t)b * p.seqlen_q + i) * p.heads_q + h) * D +
-                   (DQ_COLS ? wg * 64 : 0) + 2 * (t4 & ~1);
+      float *dst =
+          dq_acc +
+          (((int64_t)b * p.prob.seqlen_q + i) * p.prob.heads_q + h) * D +
+          (DQ_COLS ? wg * 64 : 0) + 2 * (t4 & ~1);
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         const float x = even ? dq[4 * j + 2] : dq[4 * j];
@@ -418,8 +421,8 @@ __global__ void __launch_bounds__(256, 1)
     const int j = col0 + kr + 8 * hr;
     if (j >= storage) continue;
     const bool real = j < sk;
-    T *rk = gdk + fa_gpu_k_offset(&p, &p.dk, b, j, hk) + 2 * t4;
-    T *rv = gdv + fa_gpu_k_offset(&p, &p.dv, b, j, hk) + 2 * t4;
+    T *rk = gdk + fa_seq_k_offset(&p.prob, &p.dk, b, j, hk) + 2 * t4;
+    T *rv = gdv + fa_seq_k_offset(&p.prob, &p.dv, b, j, hk) + 2 * t4;
 #pragma unroll
     for (int n = 0; n < D / 8; n++) {
       *reinterpret_cast<uint32_t *>(rk + 8 * n) =
@@ -438,13 +441,18 @@ template <typename T, int D>
 int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
                int64_t rows_k, void *stream) {
   CUtensorMap tq, tk, tv, tdo;
-  const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
-  const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
-  const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
-  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, bwd_rows<D>()) ||
-      !make_map(&tdo, p->d_o, p->dtype, D, rq, p->heads_q, bq, bwd_rows<D>()) ||
-      !make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys) ||
-      !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, kBwdKeys))
+  const int bq = p->prob.varlen_q ? 1 : p->prob.batch,
+            bk = p->prob.varlen_k ? 1 : p->prob.batch;
+  const int64_t rq = p->prob.varlen_q ? rows_q : p->prob.seqlen_q;
+  const int64_t rk = p->prob.varlen_k ? rows_k : p->prob.seqlen_k;
+  if (!make_map(&tq, p->q, p->prob.dtype, D, rq, p->prob.heads_q, bq,
+                bwd_rows<D>()) ||
+      !make_map(&tdo, p->d_o, p->prob.dtype, D, rq, p->prob.heads_q, bq,
+                bwd_rows<D>()) ||
+      !make_map(&tk, p->k, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
+                kBwdKeys) ||
+      !make_map(&tv, p->v, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
+                kBwdKeys))
     return -1;
   constexpr int smem = bwd_smem_bytes<D>();
   static_assert(smem <= 232448, "sm90 backward over the 227 KB opt-in limit");
@@ -452,8 +460,8 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
   cudaError_t e = cudaFuncSetAttribute(
       bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t ctas = (int64_t)((p->seqlen_k + kBwdKeys - 1) / kBwdKeys) *
-                       p->heads_kv * p->batch;
+  const int64_t ctas = (int64_t)((p->prob.seqlen_k + kBwdKeys - 1) / kBwdKeys) *
+                       p->prob.heads_kv * p->prob.batch;
   if (ctas > 0)
     bwd_kernel<T, D>
         <<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo);

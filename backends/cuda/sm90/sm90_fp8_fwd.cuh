@@ -53,7 +53,8 @@
 #include "common/tma.cuh"
 #include "common/wgmma_sync.cuh"
 #include "flashattn.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "sm90_fp8.h"
 #include "sm90_fp8_vt.cuh"
 #include "sm90_schedule.cuh"
@@ -74,7 +75,7 @@ constexpr float kPScale = 256.0f;
 __device__ __forceinline__ float
 descale(const fa_gpu_descale_ref &d, const fa_gpu_params &p, int b, int hk) {
   if (!d.data) return 1.0f;
-  return d.per_head ? d.data[(int64_t)b * p.heads_kv + hk] : d.data[0];
+  return d.per_head ? d.data[(int64_t)b * p.prob.heads_kv + hk] : d.data[0];
 }
 
 /* Two e4m3 codes of x0 (low byte) and x1, round to nearest, saturating. */
@@ -106,7 +107,7 @@ template <typename IN, typename TO> struct fp8_ops {
   // raw q.k.
   __device__ __forceinline__ static float softmax_mul(const fa_gpu_params &p,
                                                       int b, int hk, float) {
-    return p.scale * descale(p.descale_q, p, b, hk) *
+    return p.prob.scale * descale(p.descale_q, p, b, hk) *
            descale(p.descale_k, p, b, hk) * kLog2e;
   }
   // dv / kPScale (P was stored times kPScale).
@@ -175,7 +176,7 @@ FA_SM90_FWD_KERNEL(kNC, false, true, false, fp8_ops<IN, TO>)
 
 /* An FP8 [batch][rows][heads][D] view as a 4-d tensor map of boxes {D codes,
    box_rows, 1, 1} (0 when the copy engine cannot address it). */
-static int map_rows(CUtensorMap *m, const fa_gpu_view &v, int64_t rows,
+static int map_rows(CUtensorMap *m, const fa_tensor_view &v, int64_t rows,
                     int heads, int batch, int box_rows) {
   encode_tiled_fn enc = encoder();
   const int64_t ss = v.ss, sh = v.sh, sb = batch > 1 ? v.sb : rows * ss;
@@ -217,25 +218,27 @@ template <typename IN, typename TO>
 int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
                void *vt, void *stream) {
   fa_gpu_params g = *in;
-  g.block_q = g.block_rows = kBM;
-  g.block_k = kBN;
-  g.pack_group = 1;
-  g.num_splits = 1;
-  g.num_q_blocks = (int)(((int64_t)g.seqlen_q + kBM - 1) / kBM);
-  g.num_work = (int64_t)g.batch * g.heads_q * g.num_q_blocks;
-  if (g.num_work <= 0) return 0;
-  const int64_t keys_pad = fa_sm90_fp8_keys_pad(g.seqlen_k);
+  g.plan.block_q = g.plan.block_rows = kBM;
+  g.plan.block_k = kBN;
+  g.plan.pack_group = 1;
+  g.plan.num_splits = 1;
+  g.plan.num_q_blocks = (int)(((int64_t)g.prob.seqlen_q + kBM - 1) / kBM);
+  g.plan.num_work =
+      (int64_t)g.prob.batch * g.prob.heads_q * g.plan.num_q_blocks;
+  if (g.plan.num_work <= 0) return 0;
+  const int64_t keys_pad = fa_sm90_fp8_keys_pad(g.prob.seqlen_k);
   CUtensorMap tq, tk, tvt;
-  const int bq = g.varlen_q ? 1 : g.batch, bk = g.varlen_k ? 1 : g.batch;
-  const int64_t rq = g.varlen_q ? rows_q : g.seqlen_q;
-  const int64_t rk = g.varlen_k ? rows_k : g.seqlen_k;
-  if (!map_rows(&tq, g.q, rq, g.heads_q, bq, kBM) ||
-      !map_rows(&tk, g.k, rk, g.heads_kv, bk, kBN) ||
-      !map_vt(&tvt, vt, keys_pad, g.heads_kv, g.batch))
+  const int bq = g.prob.varlen_q ? 1 : g.prob.batch,
+            bk = g.prob.varlen_k ? 1 : g.prob.batch;
+  const int64_t rq = g.prob.varlen_q ? rows_q : g.prob.seqlen_q;
+  const int64_t rk = g.prob.varlen_k ? rows_k : g.prob.seqlen_k;
+  if (!map_rows(&tq, g.q, rq, g.prob.heads_q, bq, kBM) ||
+      !map_rows(&tk, g.k, rk, g.prob.heads_kv, bk, kBN) ||
+      !map_vt(&tvt, vt, keys_pad, g.prob.heads_kv, g.prob.batch))
     return -1;
   cudaStream_t st = (cudaStream_t)stream;
-  const dim3 vgrid((unsigned)(keys_pad / kVtKeys), (unsigned)g.heads_kv,
-                   (unsigned)g.batch);
+  const dim3 vgrid((unsigned)(keys_pad / kVtKeys), (unsigned)g.prob.heads_kv,
+                   (unsigned)g.prob.batch);
   vt_transpose<kD><<<vgrid, 256, 0, st>>>(g, (uint8_t *)vt, keys_pad);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return (int)e;
@@ -245,7 +248,7 @@ int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t grid = g.num_work < sms ? g.num_work : sms;
+  const int64_t grid = g.plan.num_work < sms ? g.plan.num_work : sms;
   kernel<<<(unsigned)grid, 128 * (kNC + 1), smem, st>>>(g, tq, tk, tvt);
   return (int)cudaGetLastError();
 }
@@ -259,7 +262,7 @@ int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
                                             int64_t rows_q, int64_t rows_k,    \
                                             int sms, void *vt, void *stream) { \
     using namespace fa_sm90_fp8;                                               \
-    switch (p->dtype_out) {                                                    \
+    switch (p->prob.dtype_out) {                                               \
     case FA_F32:                                                               \
       return launch_out<f8_##t, float>(p, rows_q, rows_k, sms, vt, stream);    \
     case FA_F16:                                                               \

@@ -26,7 +26,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
+#include "softmax.h"
 
 namespace fa_sm90_fp8 {
 
@@ -47,20 +49,20 @@ __global__ void __launch_bounds__(256)
                  int64_t keys_pad) {
   __shared__ __align__(16) uint8_t tile[kVtKeys][D];
   const int b = blockIdx.z, hk = blockIdx.y, j0 = blockIdx.x * kVtKeys;
-  const int sk = fa_gpu_len_k(&p, b);
+  const int sk = fa_seq_rows_k(&p.prob, b);
   const uint8_t *v = (const uint8_t *)p.v.data;
   constexpr int CH = D / 16; // 16-byte chunks of a row
   for (int c = threadIdx.x; c < kVtKeys * CH; c += blockDim.x) {
     const int r = c / CH, k = c % CH, j = j0 + r;
     uint4 x = make_uint4(0, 0, 0, 0);
     if (j < sk) {
-      const int64_t off = fa_gpu_k_offset(&p, &p.v, b, j, hk);
+      const int64_t off = fa_seq_k_offset(&p.prob, &p.v, b, j, hk);
       if (off >= 0) x = *reinterpret_cast<const uint4 *>(v + off + 16 * k);
     }
     *reinterpret_cast<uint4 *>(&tile[r][16 * k]) = x;
   }
   __syncthreads();
-  uint8_t *out = vt + (((int64_t)b * p.heads_kv + hk) * D) * keys_pad + j0;
+  uint8_t *out = vt + (((int64_t)b * p.prob.heads_kv + hk) * D) * keys_pad + j0;
   constexpr int OC = kVtKeys / 16; // 16-byte chunks of an output row
   for (int c = threadIdx.x; c < D * OC; c += blockDim.x) {
     const int d = c / OC, k0 = (c % OC) * 16;

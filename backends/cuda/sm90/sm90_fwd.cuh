@@ -45,7 +45,8 @@
 #include "common/tma.cuh"
 #include "common/wgmma_sync.cuh"
 #include "flashattn.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "sm90_items.cuh"
 #include "sm90_paged.h"
 #include "sm90_schedule.cuh"
@@ -173,32 +174,37 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   typedef tile<D> TL;
   fa_gpu_params g = *in;
   const fa_gpu_params *p = &g;
-  g.block_q = g.block_rows = TL::BM;
-  g.block_k = TL::BN;
-  g.pack_group = 1;
-  g.num_splits = 1;
-  g.num_q_blocks = (int)(((int64_t)g.seqlen_q + TL::BM - 1) / TL::BM);
-  g.num_work = (int64_t)g.batch * g.heads_q * g.num_q_blocks;
-  if (p->num_work <= 0) return 0;
+  g.plan.block_q = g.plan.block_rows = TL::BM;
+  g.plan.block_k = TL::BN;
+  g.plan.pack_group = 1;
+  g.plan.num_splits = 1;
+  g.plan.num_q_blocks = (int)(((int64_t)g.prob.seqlen_q + TL::BM - 1) / TL::BM);
+  g.plan.num_work =
+      (int64_t)g.prob.batch * g.prob.heads_q * g.plan.num_q_blocks;
+  if (p->plan.num_work <= 0) return 0;
   CUtensorMap tq, tk, tv;
-  const int bq = p->varlen_q ? 1 : p->batch, bk = p->varlen_k ? 1 : p->batch;
-  const int64_t rq = p->varlen_q ? rows_q : p->seqlen_q;
-  const int64_t rk = p->varlen_k ? rows_k : p->seqlen_k;
-  if (!make_map(&tq, p->q, p->dtype, D, rq, p->heads_q, bq, TL::BM)) return -1;
+  const int bq = p->prob.varlen_q ? 1 : p->prob.batch,
+            bk = p->prob.varlen_k ? 1 : p->prob.batch;
+  const int64_t rq = p->prob.varlen_q ? rows_q : p->prob.seqlen_q;
+  const int64_t rk = p->prob.varlen_k ? rows_k : p->prob.seqlen_k;
+  if (!make_map(&tq, p->q, p->prob.dtype, D, rq, p->prob.heads_q, bq, TL::BM))
+    return -1;
   if (PAGED) {
     // The pool as [num_pages][page_size][heads_kv][D]: one box a page.
-    const int rows = fa_sm90_paged_box_rows(p->page_size, TL::BN);
-    if (!make_map(&tk, p->k, p->dtype, D, p->page_size, p->heads_kv,
-                  p->num_pages, rows) ||
-        !make_map(&tv, p->v, p->dtype, D, p->page_size, p->heads_kv,
-                  p->num_pages, rows))
+    const int rows = fa_sm90_paged_box_rows(p->prob.page_size, TL::BN);
+    if (!make_map(&tk, p->k, p->prob.dtype, D, p->prob.page_size,
+                  p->prob.heads_kv, p->prob.num_pages, rows) ||
+        !make_map(&tv, p->v, p->prob.dtype, D, p->prob.page_size,
+                  p->prob.heads_kv, p->prob.num_pages, rows))
       return -1;
-  } else if (!make_map(&tk, p->k, p->dtype, D, rk, p->heads_kv, bk, TL::BN) ||
-             !make_map(&tv, p->v, p->dtype, D, rk, p->heads_kv, bk, TL::BN)) {
+  } else if (!make_map(&tk, p->k, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
+                       TL::BN) ||
+             !make_map(&tv, p->v, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
+                       TL::BN)) {
     return -1;
   }
   const bool special =
-      p->softcap > 0.0f || p->alibi_slopes || !(p->scale > 0.0f);
+      p->prob.softcap > 0.0f || p->prob.alibi_slopes || !(p->prob.scale > 0.0f);
   // With softcap/ALiBi only d128 overlaps: the transform code spilled in
   // the overlapped schedule at d256 (96 bytes) and d64 (236 bytes, 160
   // registers for three consumers); their serial schedule spills nothing.
@@ -219,7 +225,7 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   cudaError_t e = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t grid = p->num_work < sms ? p->num_work : sms;
+  const int64_t grid = p->plan.num_work < sms ? p->plan.num_work : sms;
   kernel<<<(unsigned)grid, 128 * (TL::BM / 64 + 1), smem,
            (cudaStream_t)stream>>>(g, tq, tk, tv);
   return (int)cudaGetLastError();

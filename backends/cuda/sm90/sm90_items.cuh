@@ -12,7 +12,8 @@
 
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "softmax.h"
 
 namespace fa_sm90 {
@@ -70,29 +71,30 @@ struct item {
    running at once read the same K/V and it stays in L2 (at 16k keys a
    tile reads 8 MB of K/V in ~0.25 ms: without reuse that alone would run
    at HBM speed); measured +25% at s = 512 ... 1k, +10% at 4k (d128).
-   Causal: the plan's order (fa_gpu_work_item: all heads' longest q blocks
+   Causal: the plan's order (fa_flat_work_item: all heads' longest q blocks
    first), which balances the static striding; the head-major order gave
    one CTA a head's longest blocks and another its shortest (-25% at 16k). */
 template <int BM, int BN>
 __device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
   item t;
-  const int nqb = p.num_q_blocks;
-  const int grows = p.window_left < 0 && p.window_right >= 0;
+  const int nqb = p.plan.num_q_blocks;
+  const int grows = p.prob.window_left < 0 && p.prob.window_right >= 0;
   if (grows) {
     int split;
-    fa_gpu_work_item(&p, w, &t.b, &t.h, &t.qb, &split);
+    fa_flat_work_item(&p.prob, &p.plan, w, &t.b, &t.h, &t.qb, &split);
   } else {
     const int64_t bh = w / nqb;
     t.qb = (int)(w - bh * nqb);
-    t.h = (int)(bh % p.heads_q);
-    t.b = (int)(bh / p.heads_q);
+    t.h = (int)(bh % p.prob.heads_q);
+    t.b = (int)(bh / p.prob.heads_q);
   }
-  t.sq = fa_gpu_len_q(&p, t.b);
-  t.sk = fa_gpu_len_k(&p, t.b);
+  t.sq = fa_seq_rows_q(&p.prob, t.b);
+  t.sk = fa_seq_rows_k(&p.prob, t.b);
   t.row0 = t.qb * BM;
   t.valid = t.row0 < t.sq;
   t.kb0 = t.kb1 = 0;
-  if (t.valid) fa_gpu_kv_blocks(&p, BM, BN, t.sq, t.sk, t.qb, &t.kb0, &t.kb1);
+  if (t.valid)
+    fa_flat_kv_blocks(&p.prob, BM, BN, t.sq, t.sk, t.qb, &t.kb0, &t.kb1);
   return t;
 }
 
@@ -101,7 +103,7 @@ __device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
    columns 8j + 2 t4 + e).
 
    Masks the keys of the block at col0 that rows row0 + rbase (+ 8) do not
-   see (fa_gpu_visible) to -inf. */
+   see (fa_flat_visible) to -inf. */
 template <int BN>
 __device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
                                           float (&sc)[BN / 2], int row, int sq,
@@ -109,7 +111,7 @@ __device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     int lo, hi;
-    fa_gpu_visible(&p, row + 8 * hr, sq, sk, &lo, &hi);
+    fa_flat_visible(&p.prob, row + 8 * hr, sq, sk, &lo, &hi);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll

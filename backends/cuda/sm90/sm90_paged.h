@@ -52,7 +52,7 @@ FA_SM90_PAGED_HD int fa_sm90_paged_geometry_ok(int page_size, int block_n,
 /* The box of a paged K/V block that starts at key key0 of sequence b (sk
    keys): its page and the slot of its first row. A box past the sequence's
    end reads no block-table entry; it and a box whose entry lies outside
-   [0, num_pages) (the clamp of fa_gpu_k_offset) get page = num_pages, a
+   [0, num_pages) (the clamp of fa_seq_k_offset) get page = num_pages, a
    coordinate outside the tensor, which the copy engine fills with zeros
    without reading memory. */
 typedef struct fa_sm90_paged_box {
@@ -62,13 +62,14 @@ typedef struct fa_sm90_paged_box {
 FA_SM90_PAGED_HD fa_sm90_paged_box fa_sm90_paged_box_of(const fa_gpu_params *p,
                                                         int b, int sk,
                                                         int key0) {
-  fa_sm90_paged_box r = {p->num_pages, 0};
+  fa_sm90_paged_box r = {p->prob.num_pages, 0};
   if (key0 >= sk) return r;
   const int64_t e =
-      p->block_table[(int64_t)b * p->max_blocks_per_seq + key0 / p->page_size];
-  if (e >= 0 && e < p->num_pages) {
+      p->prob.block_table[(int64_t)b * p->prob.max_blocks_per_seq +
+                          key0 / p->prob.page_size];
+  if (e >= 0 && e < p->prob.num_pages) {
     r.page = (int)e;
-    r.slot = key0 % p->page_size;
+    r.slot = key0 % p->prob.page_size;
   }
   return r;
 }

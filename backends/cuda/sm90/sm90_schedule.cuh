@@ -37,10 +37,10 @@
 // swizzle atom); each tile is stored as OPS::NCB column blocks of 128
 // bytes a row, [rows][128 B] each, as the TMA writes them.
 //
-// Semantics: lengths, windows, row addressing and score transforms come
-// from backends/gpu/gpu_semantics.h, the same functions every GPU kernel
-// uses; keys past a sequence's end are masked (mask_rows), and the online
-// softmax is softmax_rows (sm90_items.cuh).
+// Semantics: lengths, windows, row addressing and score transforms are the
+// core's (core/seq_rows.h, core/flat_problem.h), the same functions every
+// kernel uses; keys past a sequence's end are masked (mask_rows), and the
+// online softmax is softmax_rows (sm90_items.cuh).
 //
 // Paged K/V (PAGED, 16-bit only): the producer is one warp; lane i copies
 // box i of each K/V block (a page, or a block-sized slice of a longer
@@ -83,7 +83,8 @@
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma_sync.cuh"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
 #include "sm90_items.cuh"
 #include "sm90_paged.h"
 #include "softmax.h"
@@ -119,33 +120,34 @@ produce(const fa_gpu_params &p, const CUtensorMap &tq, const CUtensorMap &tk,
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
       producer_regs<NC, PAGED>()));
   // Paged: lane i copies box i of a block; lanes past the boxes leave.
-  if (threadIdx.x >= (PAGED ? BN / fa_sm90_paged_box_rows(p.page_size, BN) : 1))
+  if (threadIdx.x >=
+      (PAGED ? BN / fa_sm90_paged_box_rows(p.prob.page_size, BN) : 1))
     return;
   const bool leader = !PAGED || threadIdx.x == 0;
   uint32_t it = 0, nq = 0;
-  for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
+  for (int64_t w = blockIdx.x; w < p.plan.num_work; w += gridDim.x) {
     const item t = item_of<BM, BN>(p, w);
     if (!t.valid || t.kb0 >= t.kb1) continue;
-    const int hk = t.h / p.group;
+    const int hk = t.h / p.prob.group;
     if (leader) {
       bar_wait(q_empty, (nq & 1) ^ 1);
       bar_expect_tx(q_full, QB);
-      const int qrow = (int)fa_gpu_start_q(&p, t.b) + t.row0;
-      const int qbat = p.varlen_q ? 0 : t.b;
+      const int qrow = (int)fa_seq_start_q(&p.prob, t.b) + t.row0;
+      const int qbat = p.prob.varlen_q ? 0 : t.b;
 #pragma unroll
       for (int cb = 0; cb < NCB; cb++)
         tma_load(sQ + cb * BM * 128, &tq, q_full, cb * CB, qrow, t.h, qbat);
     }
     nq++;
-    const int krow = (int)fa_gpu_start_k(&p, t.b);
-    const int kbat = p.varlen_k ? 0 : t.b;
+    const int krow = (int)fa_seq_start_k(&p.prob, t.b);
+    const int kbat = p.prob.varlen_k ? 0 : t.b;
     for (int kb = t.kb0; kb < t.kb1; kb++, it++) {
       const uint32_t s = it % ST, ph = (it / ST) & 1;
       if constexpr (PAGED) {
         // K and V of a key share their page and slot. The entry is read
         // before the wait, so its latency hides under it.
         const int lane = threadIdx.x;
-        const int rows = fa_sm90_paged_box_rows(p.page_size, BN);
+        const int rows = fa_sm90_paged_box_rows(p.prob.page_size, BN);
         const fa_sm90_paged_box bx =
             fa_sm90_paged_box_of(&p, t.b, t.sk, kb * BN + lane * rows);
         const unsigned lanes = rows == BN ? 1u : (1u << (BN / rows)) - 1;
@@ -197,7 +199,7 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
   const int ct = threadIdx.x - 128, cw = ct / 128;
   const int warp = (ct % 128) / 32, lane = ct % 32, g = lane / 4, t4 = lane % 4;
   const int rbase = cw * 64 + warp * 16 + g; // tile row of the first row
-  const float mul0 = SPECIAL ? 1.0f : p.scale * kLog2e;
+  const float mul0 = SPECIAL ? 1.0f : p.prob.scale * kLog2e;
   uint32_t it = 0, nq = 0;
   // Ping-pong: the consumers take turns issuing their GEMMs (consumer c
   // waits on named barrier 2 + c, then passes to the next), so that one's
@@ -220,11 +222,11 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
   };
   if (PINGPONG && cw == NC - 1) turn_pass();
 
-  for (int64_t w = blockIdx.x; w < p.num_work; w += gridDim.x) {
+  for (int64_t w = blockIdx.x; w < p.plan.num_work; w += gridDim.x) {
     const item t = item_of<BM, BN>(p, w);
     if (!t.valid) continue;
     const int nrows = min(BM, t.sq - t.row0);
-    const int hk = t.h / p.group;
+    const int hk = t.h / p.prob.group;
     const float mul = OPS::softmax_mul(p, t.b, hk, mul0);
     float o[NO][ON / 2];
 #pragma unroll
@@ -237,8 +239,8 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
     int full_lo = 0, full_hi = -1;
     if (t.kb0 < t.kb1) {
       int lo_f, hi_f, lo_l, hi_l;
-      fa_gpu_visible(&p, t.row0, t.sq, t.sk, &lo_f, &hi_f);
-      fa_gpu_visible(&p, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
+      fa_flat_visible(&p.prob, t.row0, t.sq, t.sk, &lo_f, &hi_f);
+      fa_flat_visible(&p.prob, t.row0 + nrows - 1, t.sq, t.sk, &lo_l, &hi_l);
       full_lo = lo_l;
       full_hi = lo_f < hi_f ? hi_f - BN : -1;
     }
@@ -262,9 +264,9 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
               float &v = sc[4 * j + 2 * hr + e];
-              v = fa_gpu_transform(&p, p.scale * v, t.h, i,
-                                   col0 + 8 * j + 2 * t4 + e,
-                                   fa_gpu_shift(&p, t.sq, t.sk)) *
+              v = fa_flat_transform(&p.prob, p.prob.scale * v, t.h, i,
+                                    col0 + 8 * j + 2 * t4 + e,
+                                    fa_flat_shift(&p.prob, t.sq, t.sk)) *
                   kLog2e;
             }
         }
@@ -409,15 +411,16 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
           mrow[hr] == -INFINITY ? -INFINITY : fa_mul_rn(mrow[hr], mul) * kLn2;
       float lse;
       const float f =
-          fa_softmax_finalize_sinks(m_nat, l, p.sinks, t.h, &lse) * fo;
-      TO *dst = go + fa_gpu_q_offset(&p, &p.o, t.b, i, t.h) + 2 * t4;
+          fa_softmax_finalize_sinks(m_nat, l, p.prob.sinks, t.h, &lse) * fo;
+      TO *dst = go + fa_seq_q_offset(&p.prob, &p.o, t.b, i, t.h) + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NO; n++)
 #pragma unroll
         for (int j = 0; j < ON / 8; j++)
           OPS::store_o(dst, n * ON + 8 * j, o[n][4 * j + 2 * hr],
                        o[n][4 * j + 2 * hr + 1], f);
-      if (p.lse && t4 == 0) p.lse[fa_gpu_row_index(&p, t.b, t.h, i)] = lse;
+      if (p.lse && t4 == 0)
+        p.lse[fa_flat_row_index(&p.prob, t.b, t.h, i)] = lse;
     }
   }
 }

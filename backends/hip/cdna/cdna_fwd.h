@@ -20,7 +20,7 @@
 // are staged in LDS by the whole workgroup, reading only keys below the
 // sequence's real length (the rest of the tile is zero) through the block
 // table when paged. Every feature of the problem is handled here: masks and
-// windows (per lane, core semantics via gpu_semantics.h), softcap, ALiBi,
+// windows (per lane, the core's rules, core/flat_problem.h), softcap, ALiBi,
 // sinks (at finalisation), varlen, seqused_k, paged KV, split-KV partials
 // (combined by the generic combine kernel), LSE.
 //
@@ -32,7 +32,9 @@
 
 #include "cdna_mfma_layout.h"
 #include "compat.h"
-#include "gpu_semantics.h"
+#include "gpu_params.h"
+#include "seq_rows.h"
+#include "softmax.h"
 
 namespace fa_cdna {
 
@@ -88,10 +90,10 @@ FA_GPU_DEVICE void stage_kv(const fa_gpu_params &p, int b, int hk, int j0,
     const int j = j0 + row;
     uint4 kx = {0, 0, 0, 0}, vx = {0, 0, 0, 0};
     // A block-table entry outside the pool (offset -1) stays zeros.
-    const int64_t ko = j < jend ? fa_gpu_k_offset(&p, &p.k, b, j, hk) : -1;
+    const int64_t ko = j < jend ? fa_seq_k_offset(&p.prob, &p.k, b, j, hk) : -1;
     if (ko >= 0) {
       kx = *(const uint4 *)(k + ko + c);
-      vx = *(const uint4 *)(v + fa_gpu_k_offset(&p, &p.v, b, j, hk) + c);
+      vx = *(const uint4 *)(v + fa_seq_k_offset(&p.prob, &p.v, b, j, hk) + c);
     }
     uint2 *kd = (uint2 *)(ks + row * TL::kPitchK + c);
     uint2 *vd = (uint2 *)(vs + row * TL::kPitchV + c);
@@ -112,12 +114,12 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
 
   const int64_t w = blockIdx.x;
   int b, h0, qb, split;
-  fa_gpu_work_item(&p, w, &b, &h0, &qb, &split);
-  const int sq = fa_gpu_len_q(&p, b), sk = fa_gpu_len_k(&p, b);
-  const int row0 = qb * p.block_rows, pack = p.pack_group;
+  fa_flat_work_item(&p.prob, &p.plan, w, &b, &h0, &qb, &split);
+  const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
+  const int row0 = qb * p.plan.block_rows, pack = p.plan.pack_group;
   if (row0 >= sq) return; // the whole workgroup: before any barrier
-  const int lanes = min(p.block_rows, sq - row0) * pack;
-  const int hk = h0 / p.group;
+  const int lanes = min(p.plan.block_rows, sq - row0) * pack;
+  const int hk = h0 / p.prob.group;
   const int wave = threadIdx.x / FA_GPU_WARP, lane = threadIdx.x % FA_GPU_WARP;
   const int col = lane % 32, half = lane / 32;
 
@@ -126,22 +128,23 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   const int active = r < lanes;
   const int i = row0 + (active ? r / pack : 0),
             h = h0 + (active ? r % pack : 0);
-  const int shift = fa_gpu_shift(&p, sq, sk);
+  const int shift = fa_flat_shift(&p.prob, sq, sk);
   int lo = 0, hi = 0;
-  if (active) fa_gpu_visible(&p, i, sq, sk, &lo, &hi);
+  if (active) fa_flat_visible(&p.prob, i, sq, sk, &lo, &hi);
 
   // Keys of this work item: the plan's kv blocks, this split's share.
   int kb0, kb1, s0, s1;
-  fa_gpu_kv_blocks(&p, p.block_rows, p.block_k, sq, sk, qb, &kb0, &kb1);
-  fa_split_range(kb0, kb1, p.num_splits, split, &s0, &s1);
-  const int jbeg = s0 * p.block_k;
-  const int jend = min(s1 * p.block_k, sk);
+  fa_flat_kv_blocks(&p.prob, p.plan.block_rows, p.plan.block_k, sq, sk, qb,
+                    &kb0, &kb1);
+  fa_split_range(kb0, kb1, p.plan.num_splits, split, &s0, &s1);
+  const int jbeg = s0 * p.plan.block_k;
+  const int jend = min(s1 * p.plan.block_k, sk);
 
   // Q^T as B operands: step t, item v = Q[i][8t + 4*half + v].
   v4s qf[kSteps];
   {
     const uint16_t *q = (const uint16_t *)p.q.data;
-    const int64_t qo = active ? fa_gpu_q_offset(&p, &p.q, b, i, h) : 0;
+    const int64_t qo = active ? fa_seq_q_offset(&p.prob, &p.q, b, i, h) : 0;
 #pragma unroll
     for (int t = 0; t < kSteps; t++) {
       int kk, jj;
@@ -186,7 +189,8 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
         fa_mfma32_c(lane, rr, &key, &qq);
         const int j = j0 + 32 * n + key;
         x[rr] = j >= lo && j < hi && j < jend
-                    ? fa_gpu_transform(&p, p.scale * s[rr], h, i, j, shift)
+                    ? fa_flat_transform(&p.prob, p.prob.scale * s[rr], h, i, j,
+                                        shift)
                     : -INFINITY;
         mloc = fa_max_nan(mloc, x[rr]);
       }
@@ -231,11 +235,11 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
   }
 
   if (!active) return; // no barrier follows
-  if (p.num_splits == 1) {
+  if (p.plan.num_splits == 1) {
     float lse;
-    const float f = fa_softmax_finalize_sinks(m, l, p.sinks, h, &lse);
+    const float f = fa_softmax_finalize_sinks(m, l, p.prob.sinks, h, &lse);
     typename T::storage *out = (typename T::storage *)p.o.data;
-    const int64_t off = fa_gpu_q_offset(&p, &p.o, b, i, h);
+    const int64_t off = fa_seq_q_offset(&p.prob, &p.o, b, i, h);
 #pragma unroll
     for (int u = 0; u < kTilesV; u++)
 #pragma unroll
@@ -244,9 +248,9 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
         fa_mfma32_c(lane, rr, &dv, &qq);
         T::store(out + off + 32 * u + dv, o[u][rr] * f);
       }
-    if (p.lse && half == 0) p.lse[fa_gpu_row_index(&p, b, h, i)] = lse;
+    if (p.lse && half == 0) p.lse[fa_flat_row_index(&p.prob, b, h, i)] = lse;
   } else {
-    const int64_t at = w * p.block_q + r;
+    const int64_t at = w * p.plan.block_q + r;
     if (half == 0) {
       p.part_ml[at * 2] = m;
       p.part_ml[at * 2 + 1] = l;
@@ -263,8 +267,8 @@ __global__ void __launch_bounds__(kThreads) fwd(const fa_gpu_params p) {
 }
 
 template <typename T, int D> int launch(const fa_gpu_params *p, void *stream) {
-  if (p->num_work <= 0) return 0;
-  FA_GPU_LAUNCH((fwd<T, D>), (unsigned)p->num_work, kThreads, 0,
+  if (p->plan.num_work <= 0) return 0;
+  FA_GPU_LAUNCH((fwd<T, D>), (unsigned)p->plan.num_work, kThreads, 0,
                 (fa_gpu_stream)stream, *p);
   return (int)fa_gpu_get_last_error();
 }
