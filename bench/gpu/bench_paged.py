@@ -28,13 +28,14 @@ arithmetic), and within 2e-2 (relative Frobenius) of FA2's output.
 import ctypes
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 PUBLISHED_CUDNN = {8192: 680.0}  # kv length -> TFLOPS, cuDNN 9.27 H200
 
 
 def paged_suite(fa, args, tdtype, fdtype, helpers):
-    FaAttention, bshd, time_calls, time_or_nan, rel_err, causal_br = helpers
+    (FaAttention, bshd, time_calls, time_or_nan, rel_err, causal_br,
+     sdpa_call) = helpers
     rows = []
     b, sq, hq, hkv, d = args.paged_batch, 2048, 32, 4, 128
     lens = [8192, 16384, 32768, 65536]
@@ -98,11 +99,8 @@ def paged_suite(fa, args, tdtype, fdtype, helpers):
             mask = causal_br(sq, sk)
 
             def sdpa(backend):
-                def run():
-                    with sdpa_kernel(backend):
-                        return torch.nn.functional.scaled_dot_product_attention(
-                            qt, kt, vt, attn_mask=mask, enable_gqa=True)
-                return run
+                return sdpa_call(backend, qt, kt, vt, attn_mask=mask,
+                                 enable_gqa=True)
 
             for x in (o, o80, od):
                 x.fill_(float("nan"))

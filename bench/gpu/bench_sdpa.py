@@ -216,6 +216,16 @@ def time_or_nan(what, make, iters, **kw):
         return float("nan")
 
 
+def sdpa_call(backend, qt, kt, vt, **kw):
+    """A call of torch's scaled_dot_product_attention on one backend
+    ([B, H, S, D] tensors), for time_calls and time_or_nan."""
+    def run():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(
+                qt, kt, vt, **kw)
+    return run
+
+
 def rel_err(a, b):
     a = a.float()
     b = b.float()
@@ -272,11 +282,7 @@ def forward_suite(fa, args, tdtype, fdtype):
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
                 def sdpa(backend):
-                    def run():
-                        with sdpa_kernel(backend):
-                            return torch.nn.functional.scaled_dot_product_attention(
-                                qt, kt, vt, is_causal=causal)
-                    return run
+                    return sdpa_call(backend, qt, kt, vt, is_causal=causal)
 
                 flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
                 iters = max(3, min(50, int(2e12 / flops)))
@@ -360,11 +366,7 @@ def fp8_suite(fa, args):
                           .transpose(1, 2) for t in x)
 
             def sdpa(backend):
-                def run():
-                    with sdpa_kernel(backend):
-                        return torch.nn.functional.scaled_dot_product_attention(
-                            qt, kt, vt, is_causal=causal)
-                return run
+                return sdpa_call(backend, qt, kt, vt, is_causal=causal)
 
             flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
             iters = max(3, min(50, int(4e12 / flops)))
@@ -659,7 +661,7 @@ def main():
         out["paged"] = paged_suite(fa, args, tdtype, fdtype,
                                    (FaAttention, bshd, time_calls,
                                     time_or_nan, rel_err,
-                                    causal_lower_right))
+                                    causal_lower_right, sdpa_call))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
