@@ -33,6 +33,7 @@ typedef struct fa_gpu_params {
   float *part_ml;    // split-KV partials: [work][block_q][2]
   float *part_o;     //                    [work][block_q][dv]
   int only_batch;    // backward, paged: one sequence, else -1
+  int pair_items;    // sm90 forward: the items' order (sm90_items.cuh)
 } fa_gpu_params;
 
 /* Largest head_dim / head_dim_v of the generic kernels (and of every GPU

@@ -248,7 +248,8 @@ int launch_out(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t grid = g.plan.num_work < sms ? g.plan.num_work : sms;
+  g.pair_items = pairs_wanted(g, sms, 2 * kD);
+  const int64_t grid = forward_grid(g, sms);
   kernel<<<(unsigned)grid, 128 * (kNC + 1), smem, st>>>(g, tq, tk, tvt);
   return (int)cudaGetLastError();
 }

@@ -225,7 +225,8 @@ int launch(const fa_gpu_params *in, int64_t rows_q, int64_t rows_k, int sms,
   cudaError_t e = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  const int64_t grid = p->plan.num_work < sms ? p->plan.num_work : sms;
+  g.pair_items = PAGED ? 0 : pairs_wanted(g, sms, 2 * D * 2);
+  const int64_t grid = forward_grid(g, sms);
   kernel<<<(unsigned)grid, 128 * (TL::BM / 64 + 1), smem,
            (cudaStream_t)stream>>>(g, tq, tk, tv);
   return (int)cudaGetLastError();

@@ -65,21 +65,85 @@ struct item {
   int b, h, qb, sq, sk, row0, kb0, kb1, valid;
 };
 
-/* Work item w of the persistent grid (CTA c takes c, c + grid, ...).
-   Equal-length items (no growing mask): the q blocks of one (batch, head)
-   are consecutive, heads of one kv head next to each other, so the CTAs
-   running at once read the same K/V and it stays in L2 (at 16k keys a
-   tile reads 8 MB of K/V in ~0.25 ms: without reuse that alone would run
-   at HBM speed); measured +25% at s = 512 ... 1k, +10% at 4k (d128).
-   Causal: the plan's order (fa_flat_work_item: all heads' longest q blocks
-   first), which balances the static striding; the head-major order gave
-   one CTA a head's longest blocks and another its shortest (-25% at 16k). */
-template <int BM, int BN>
+/* The persistent grid's work items, (batch, head, q block), in an order
+   that keeps the K/V the running CTAs read in L2 and gives every CTA the
+   same work.
+
+   The q blocks of one (batch, head) are consecutive and the heads of one
+   kv head next to each other, so the CTAs running at once read the same
+   K/V: at 16k keys a tile reads 8 MB of K/V in ~0.25 ms, which without
+   reuse would run at HBM speed (measured +25% at s = 512 ... 1k, +10% at
+   4k, d128). Equal-length items (no growing mask): CTA c takes items c,
+   c + grid, ...
+
+   When later q blocks see more keys (causal, or a window unbounded on the
+   left), the longest q blocks of all heads go out first (the plan's order,
+   fa_work_item_of), which balances the static striding; the head-major
+   order gave one CTA a head's longest blocks and another its shortest
+   (-25% at 16k). But then the running CTAs read as many heads' K/V as
+   there are CTAs, and where that is more than the L2 holds (d128, s = 1k:
+   132 heads x 512 KB) ncu showed a 36% L2 hit rate and DRAM at 65% of its
+   peak. There the launcher sets pair_items (pairs_wanted): the q blocks of
+   a head go longest, shortest, second longest, second shortest, ... and
+   CTA c takes the pairs 2c, 2c + 1, then 2c + 2 grid, 2c + 2 grid + 1, ...:
+   each pair is n + 1 blocks of a head's n, so the CTAs stay balanced, and
+   2 x grid consecutive items (a few MB of K/V) are in flight (runs 42-43 in
+   bench/gpu/NOTES-cuda.md: L2 hits 36 -> 67% at 1k, +9-17% at d128/d256).
+   Where the K/V fit (d64, s = 1k) the plan's order stays: pairs end in a
+   coarser tail (-4% there). The paged kernels never pair (PAIRS = false in
+   their producer, pair_items = 0 from their launcher): chunked prefill
+   gained nothing from the order, and the paged producer, at 24-32
+   registers, lost 2-5% to the extra code alone (run 45). */
+template <bool PAIRS = true>
+__device__ __forceinline__ bool pairs_on(const fa_gpu_params &p) {
+  return PAIRS && p.pair_items;
+}
+template <bool PAIRS = true>
+__device__ __forceinline__ int64_t first_work(const fa_gpu_params &p) {
+  return pairs_on<PAIRS>(p) ? 2 * (int64_t)blockIdx.x : blockIdx.x;
+}
+template <bool PAIRS = true>
+__device__ __forceinline__ int64_t next_work(const fa_gpu_params &p,
+                                             int64_t w) {
+  if (!pairs_on<PAIRS>(p)) return w + gridDim.x;
+  return (w & 1) ? w + 2 * (int64_t)gridDim.x - 1 : w + 1;
+}
+
+/* Whether the items of p should go in pairs (above): the order grows and
+   the K/V of the heads the CTAs of the plan's order read at once (batch x
+   heads in a row of q blocks, GQA sharing their kv heads) exceed the L2.
+   kv_bytes: the bytes of one kv head's K and V per key. */
+static inline int pairs_wanted(const fa_gpu_params &p, int sms, int kv_bytes) {
+  if (!fa_window_grows(p.prob.window_left, p.prob.window_right)) return 0;
+  int dev = 0, l2 = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
+    return 0;
+  const int64_t heads = (int64_t)p.prob.batch * p.prob.heads_q;
+  const int64_t running = heads < sms ? heads : sms;
+  const int64_t kv_heads = (running + p.prob.group - 1) / p.prob.group;
+  return kv_heads * p.prob.seqlen_k * kv_bytes > l2;
+}
+
+/* CTAs of the persistent grid: one per SM, fewer when the items (or their
+   pairs) are fewer. */
+static inline int64_t forward_grid(const fa_gpu_params &p, int sms) {
+  const int64_t n = p.pair_items ? (p.plan.num_work + 1) / 2 : p.plan.num_work;
+  return n < sms ? n : sms;
+}
+
+/* Work item w (see above); its sequence lengths and K/V block range. */
+template <int BM, int BN, bool PAIRS = true>
 __device__ __forceinline__ item item_of(const fa_gpu_params &p, int64_t w) {
   item t;
   const int nqb = p.plan.num_q_blocks;
-  const int grows = p.prob.window_left < 0 && p.prob.window_right >= 0;
-  if (grows) {
+  if (pairs_on<PAIRS>(p)) {
+    const int64_t bh = w / nqb;
+    const int r = (int)(w - bh * nqb);
+    t.qb = (r & 1) ? r / 2 : nqb - 1 - r / 2;
+    t.h = (int)(bh % p.prob.heads_q);
+    t.b = (int)(bh / p.prob.heads_q);
+  } else if (fa_window_grows(p.prob.window_left, p.prob.window_right)) {
     int split;
     fa_flat_work_item(&p.prob, &p.plan, w, &t.b, &t.h, &t.qb, &split);
   } else {

@@ -125,8 +125,9 @@ produce(const fa_gpu_params &p, const CUtensorMap &tq, const CUtensorMap &tk,
     return;
   const bool leader = !PAGED || threadIdx.x == 0;
   uint32_t it = 0, nq = 0;
-  for (int64_t w = blockIdx.x; w < p.plan.num_work; w += gridDim.x) {
-    const item t = item_of<BM, BN>(p, w);
+  for (int64_t w = first_work<!PAGED>(p); w < p.plan.num_work;
+       w = next_work<!PAGED>(p, w)) {
+    const item t = item_of<BM, BN, !PAGED>(p, w);
     if (!t.valid || t.kb0 >= t.kb1) continue;
     const int hk = t.h / p.prob.group;
     if (leader) {
@@ -182,8 +183,9 @@ produce(const fa_gpu_params &p, const CUtensorMap &tq, const CUtensorMap &tk,
 
 /* ---- the consumer warpgroups ----
    SPECIAL: the score transform (softcap, ALiBi, a scale <= 0) applied to
-   every score; PINGPONG: the overlapped schedule, else the serial one. */
-template <class OPS, bool SPECIAL, bool PINGPONG>
+   every score; PINGPONG: the overlapped schedule, else the serial one;
+   PAIRS: whether the items may go in pairs (sm90_items.cuh; not paged). */
+template <class OPS, bool SPECIAL, bool PINGPONG, bool PAIRS>
 __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
                                         uint32_t sK, uint32_t sV,
                                         const bars &bb) {
@@ -222,8 +224,9 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
   };
   if (PINGPONG && cw == NC - 1) turn_pass();
 
-  for (int64_t w = blockIdx.x; w < p.plan.num_work; w += gridDim.x) {
-    const item t = item_of<BM, BN>(p, w);
+  for (int64_t w = first_work<PAIRS>(p); w < p.plan.num_work;
+       w = next_work<PAIRS>(p, w)) {
+    const item t = item_of<BM, BN, PAIRS>(p, w);
     if (!t.valid) continue;
     const int nrows = min(BM, t.sq - t.row0);
     const int hk = t.h / p.prob.group;
@@ -442,7 +445,7 @@ forward(const fa_gpu_params &p, const CUtensorMap &tq, const CUtensorMap &tk,
     produce<OPS, PAGED>(p, tq, tk, tv, sQ, sK, sV, bb);
     return;
   }
-  consume<OPS, SPECIAL, PINGPONG>(p, sQ, sK, sV, bb);
+  consume<OPS, SPECIAL, PINGPONG, !PAGED>(p, sQ, sK, sV, bb);
 }
 
 /* A forward kernel over the schedule, fwd_kernel of the namespace it
