@@ -29,7 +29,7 @@
 #ifndef FA_AMX_ITEM_H
 #define FA_AMX_ITEM_H
 
-#include "amx/amx_exp2.h"
+#include "amx/amx_softmax.h"
 
 /* The body's pack, then K rewritten as K^T tiles: each 16-key group of a
    block (16 rows of ldk2 pairs, the same words) becomes [ldk2][16]: the B
@@ -128,115 +128,6 @@ static void amx_scores(int nrow, int nc16, int dpairs, const uint32_t *q2,
 static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
                    const uint32_t *v2, int ldv2, float *o, int ldo) {
   amx_gemm(nrow, dv, e16, p2, (size_t)ldp, v2, (size_t)ldv2, o, (size_t)ldo, 1);
-}
-
-/* The 16 lanes of v[0..15] reduced across, one vector per row: after the
-   transpose lane i of the vertical max (or sum) is row i's. */
-static inline __m512 amx_rows_max(__m512i v[16]) {
-  transpose16(v);
-  for (int k = 8; k; k >>= 1)
-    for (int j = 0; j < k; j++)
-      v[j] = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(v[j + k]),
-                                               _mm512_castsi512_ps(v[j])));
-  return _mm512_castsi512_ps(v[0]);
-}
-static inline __m512 amx_rows_sum(__m512i v[16]) {
-  transpose16(v);
-  for (int k = 8; k; k >>= 1)
-    for (int j = 0; j < k; j++)
-      v[j] = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(v[j]),
-                                               _mm512_castsi512_ps(v[j + k])));
-  return _mm512_castsi512_ps(v[0]);
-}
-
-/* The keys c .. c + 15 that lie in [lo, hi), as a mask. */
-static inline __mmask16 amx_keys(int c, int lo, int hi) {
-  const int a = lo - c < 0 ? 0 : lo - c, z = hi - c > 16 ? 16 : hi - c;
-  return z <= a ? (__mmask16)0
-                : (__mmask16)(((1u << z) - 1u) & ~((1u << a) - 1u));
-}
-
-/* One online-softmax step for 16 rows of S (pitch lds, keys [0, nc)),
-   scores times mul (the scale, when folded; mul > 0): m, l, mu of the 16
-   lanes updated as column_done does; P as bf16 pairs of keys into p2 (rows
-   of ldp pairs, keys [nc, ncp) zero, ncp a multiple of 32); with p32 also
-   the fp32 exps back into S (for the masked products of the body). The
-   sums add the fp32 exps, not the rounded P (summing the bf16 pairs cost
-   the LSE a factor 100 in accuracy: 5e-6 against its bound of 1e-5). A
-   NaN score gives a NaN P and so a NaN sum: the maxima need not keep it. */
-static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
-                          float *m, float *l, float *mu, uint32_t *p2, int ldp,
-                          int p32, const int *vlo, const int *vhi) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  const int full = nc & ~15;
-  const __mmask16 tailm = (__mmask16)((1u << (nc & 15)) - 1u);
-  __m512i red[16];
-  for (int i = 0; i < 16; i++) {
-    const float *row = s + (size_t)i * lds;
-    __m512 a = ninf, b = ninf;
-    int c = 0;
-    if (vlo) { // a row of a tile that meets a mask: its visible keys only
-      for (c = vlo[i] & ~15; c < vhi[i]; c += 16)
-        a = _mm512_max_ps(
-            _mm512_mask_loadu_ps(ninf, amx_keys(c, vlo[i], vhi[i]), row + c),
-            a);
-      red[i] = _mm512_castps_si512(a);
-      continue;
-    }
-    for (; c + 32 <= full; c += 32) {
-      a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
-      b = _mm512_max_ps(_mm512_loadu_ps(row + c + 16), b);
-    }
-    if (c < full) a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
-    if (tailm)
-      b = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tailm, row + full), b);
-    red[i] = _mm512_castps_si512(_mm512_max_ps(a, b));
-  }
-  const fa_vf mx = vf_max(vf_load(m),
-                          _mm512_mul_ps(amx_rows_max(red), vf_set1(mul))),
-              ref = vf_neginf_to_zero(mx);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f),
-               refl = _mm512_mul_ps(ref, log2e),
-               k = _mm512_mul_ps(vf_set1(mul), log2e);
-  for (int i = 0; i < 16; i++) {
-    const __m512 ri = _mm512_permutexvar_ps(_mm512_set1_epi32(i), refl);
-    float *row = s + (size_t)i * lds;
-    uint32_t *prow = p2 + (size_t)i * ldp;
-    __m512 sum = _mm512_setzero_ps(), sum2 = sum;
-    const int klo = vlo ? vlo[i] : 0, khi = vlo ? vhi[i] : nc;
-    int c = 0;
-    for (; klo == 0 && c + 32 <= khi; c += 32) { // whole pair tiles, no masks
-      const __m512 lo = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
-                       0xffff),
-                   hi = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), k, ri),
-                       0xffff);
-      const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
-      sum = _mm512_add_ps(sum, lo);
-      sum2 = _mm512_add_ps(sum2, hi);
-      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
-      if (p32) {
-        _mm512_storeu_ps(row + c, lo);
-        _mm512_storeu_ps(row + c + 16, hi);
-      }
-    }
-    sum = _mm512_add_ps(sum, sum2);
-    for (; c < ncp; c += 32) {
-      const __m512 p0 = amx_p16(row + c, amx_keys(c, klo, khi), k, ri),
-                   p1 =
-                       amx_p16(row + c + 16, amx_keys(c + 16, klo, khi), k, ri);
-      const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0);
-      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
-      if (p32) {
-        _mm512_storeu_ps(row + c, p0);
-        _mm512_storeu_ps(row + c + 16, p1);
-      }
-    }
-    red[i] = _mm512_castps_si512(sum);
-  }
-  column_done(m, l, mu, 0, mx, ref, amx_rows_sum(red));
 }
 
 /* 1 when a pair row of V2 in [0, ne) holds an inf or NaN (bf16 exponent
@@ -350,11 +241,9 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
       if (fused)
         amx_scores(nrow, nc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
                    sr, lds);
-      for (int g = 0; g < nrow; g += 16)
-        amx_softmax16(sr + (size_t)g * lds, lds, nc, 2 * e16,
-                      fused ? p->a.scale : 1.0f, m + r0 + g, l + r0 + g,
-                      mu + r0 + g, pr + (size_t)g * ldp, ldp, bad,
-                      flo ? flo + r0 + g : NULL, fhi + r0 + g);
+      amx_softmax(nrow, sr, lds, nc, 2 * e16, fused ? p->a.scale : 1.0f, m + r0,
+                  l + r0, mu + r0, pr, ldp, bad, flo ? flo + r0 : NULL,
+                  flo ? fhi + r0 : NULL);
       if (bad) continue;
       rescale_o(o + (size_t)r0 * ldv, ldv, mu + r0, nrow, dv);
       amx_pv(nrow, dv, e16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
