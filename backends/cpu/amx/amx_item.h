@@ -130,6 +130,16 @@ static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
   amx_gemm(nrow, dv, e16, p2, (size_t)ldp, v2, (size_t)ldv2, o, (size_t)ldo, 1);
 }
 
+/* The keys [0, kc) that rows [0, nrow) of a tile read, their visible
+   ranges [lo, hi): kc is the last key any of them sees, plus one (0 for
+   none). */
+static int amx_chunk_keys(const int *lo, const int *hi, int nrow) {
+  int kc = 0;
+  for (int r = 0; r < nrow; r++)
+    if (hi[r] > lo[r] && hi[r] > kc) kc = hi[r];
+  return kc;
+}
+
 /* 1 when a pair row of V2 in [0, ne) holds an inf or NaN (bf16 exponent
    all ones in either half). */
 static int amx_v_nonfinite(const uint32_t *v2, int64_t ldv2, int ne, int dv) {
@@ -206,7 +216,7 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
       fold_state(t, ws, nr, dv);
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-    const int nc16 = round16(nc), e16 = round16((nc + 1) / 2);
+    const int nc16 = round16(nc);
     const uint32_t *kt = kv->k + (bh * kv->rows + col0) * ldk2,
                    *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
     const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
@@ -233,20 +243,27 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
     }
     for (int r0 = 0; r0 < nr16; r0 += FA_AMX_CHUNK) {
       const int nrow = nr16 - r0 < FA_AMX_CHUNK ? nr16 - r0 : FA_AMX_CHUNK;
+      // Keys [0, kc) of the block for this chunk: all, or, where the rows'
+      // visible ranges are known, up to the last one seen (a chunk of the
+      // causal diagonal needs the keys up to its last row's; one that sees
+      // none is skipped: its m, l and O stay as they are).
+      const int kc = flo ? amx_chunk_keys(flo + r0, fhi + r0, nrow) : nc;
+      if (!kc) continue;
+      const int kc16 = round16(kc), ec16 = round16((kc + 1) / 2);
       // Fused, every chunk reuses the first chunk's S and P rows: the
       // tile stores then meet lines already in L1 (a chunk's own rows of
       // the 128 KiB tile would be cold at each step).
       float *sr = s + (fused ? 0 : (size_t)r0 * lds);
       uint32_t *pr = p2 + (fused ? 0 : (size_t)r0 * ldp);
       if (fused)
-        amx_scores(nrow, nc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
+        amx_scores(nrow, kc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
                    sr, lds);
-      amx_softmax(nrow, sr, lds, nc, 2 * e16, fused ? p->a.scale : 1.0f, m + r0,
-                  l + r0, mu + r0, pr, ldp, bad, flo ? flo + r0 : NULL,
+      amx_softmax(nrow, sr, lds, kc, 2 * ec16, fused ? p->a.scale : 1.0f,
+                  m + r0, l + r0, mu + r0, pr, ldp, bad, flo ? flo + r0 : NULL,
                   flo ? fhi + r0 : NULL);
       if (bad) continue;
       rescale_o(o + (size_t)r0 * ldv, ldv, mu + r0, nrow, dv);
-      amx_pv(nrow, dv, e16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
+      amx_pv(nrow, dv, ec16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
     }
     if (bad) {
       rescale_o(o, ldv, mu, nr, dv);
