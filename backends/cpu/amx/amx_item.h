@@ -140,21 +140,6 @@ static int amx_chunk_keys(const int *lo, const int *hi, int nrow) {
   return kc;
 }
 
-/* 1 when a pair row of V2 in [0, ne) holds an inf or NaN (bf16 exponent
-   all ones in either half). */
-static int amx_v_nonfinite(const uint32_t *v2, int64_t ldv2, int ne, int dv) {
-  uint32_t bad = 0;
-  for (int e = 0; e < ne; e++) {
-    const uint32_t *vr = v2 + (size_t)e * ldv2;
-    for (int d = 0; d < dv; d++) {
-      const uint32_t x = vr[d] & 0x7f807f80u;
-      bad |= (uint32_t)((x & 0xffffu) == 0x7f80u) |
-             (uint32_t)((x >> 16) == 0x7f80u);
-    }
-  }
-  return bad != 0;
-}
-
 /* The forward work item w on tiles, or 0 (untouched) for the body. */
 // NOLINTNEXTLINE(readability-function-size): one item's three phases
 static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
@@ -222,7 +207,7 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
     const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
     // Masked P is 0, and 0 * inf is NaN: where the tile meets a mask and V
     // holds inf or NaN, only visible pairs are multiplied (as the body).
-    const int bad = cut && amx_v_nonfinite(v2, ldv2, (nc + 1) / 2, dv);
+    const int bad = cut && bf16_v_nonfinite(v2, ldv2, nc, dv);
     // A tile that meets a mask is fused too, its rows' visible keys as
     // ranges in the softmax (padded lanes see none).
     const int fused = !special && !bad && p->a.scale > 0.0f;
