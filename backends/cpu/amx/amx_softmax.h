@@ -83,34 +83,51 @@ static void amx_softmax_ref16(const float *s, int lds, int nc, float mul,
   vf_store(mr + 16, vf_neginf_to_zero(x));
 }
 
-/* The exps of 16 rows against the references of amx_softmax_ref16: P as
-   bf16 pairs of keys into p2 (rows of ldp pairs, keys [nc, ncp) zero, ncp
-   a multiple of 32); with p32 also the fp32 exps back into S (for the
-   masked products of the body); m, l, mu updated as column_done does. The
-   sums add the fp32 exps, not the rounded P (summing the bf16 pairs cost
-   the LSE a factor 100 in accuracy: 5e-6 against its bound of 1e-5). */
-static void amx_softmax_p16(float *s, int lds, int nc, int ncp, float mul,
-                            const float *mr, float *m, float *l, float *mu,
-                            uint32_t *p2, int ldp, int p32, const int *vlo,
-                            const int *vhi) {
+/* How far (in log2 units) a row's maximum in a block may pass the
+   running maximum before the row takes it as its new reference: P is then
+   at most 2^8, far inside fp32 and bf16, and O and l keep the reference
+   they were summed against (the final normalisation and the LSE use it),
+   so no rescale is due. */
+#define FA_AMX_LAZY_LOG2 8
+
+/* The exps of 16 rows against the references of amx_softmax_ref16 (mr),
+   or with mr NULL ("lazy") against the running maxima m themselves, the
+   block's row maxima taken in the same pass: 0 if one of them passes m by
+   more than FA_AMX_LAZY_LOG2 (m, l, mu untouched, P to be made again with
+   references), else m stays, mu = 1, and l adds the sums. P as bf16 pairs
+   of keys into p2 (rows of ldp pairs, keys [nc, ncp) zero, ncp a multiple
+   of 32); with p32 also the fp32 exps back into S (for the masked products
+   of the body); m, l, mu updated as column_done does. The sums add the
+   fp32 exps, not the rounded P (summing the bf16 pairs cost the LSE a
+   factor 100 in accuracy: 5e-6 against its bound of 1e-5). */
+static int amx_softmax_p16(float *s, int lds, int nc, int ncp, float mul,
+                           const float *mr, float *m, float *l, float *mu,
+                           uint32_t *p2, int ldp, int p32, const int *vlo,
+                           const int *vhi) {
+  const int lazy = !mr;
+  const fa_vf mx = lazy ? vf_load(m) : vf_load(mr),
+              ref = lazy ? mx : vf_load(mr + 16);
   const __m512 log2e = _mm512_set1_ps(1.44269504088896341f),
-               refl = _mm512_mul_ps(vf_load(mr + 16), log2e),
+               ninf = _mm512_set1_ps(-INFINITY),
+               refl = _mm512_mul_ps(ref, log2e),
                k = _mm512_mul_ps(vf_set1(mul), log2e);
-  __m512 red[16];
+  __m512 red[16], top[16];
   for (int i = 0; i < 16; i++) {
     const __m512 ri = _mm512_permutexvar_ps(_mm512_set1_epi32(i), refl);
     float *row = s + (size_t)i * lds;
     uint32_t *prow = p2 + (size_t)i * ldp;
-    __m512 sum = _mm512_setzero_ps(), sum2 = sum;
+    __m512 sum = _mm512_setzero_ps(), sum2 = sum, a = ninf, b = ninf;
     const int klo = vlo ? vlo[i] : 0, khi = vlo ? vhi[i] : nc;
     int c = 0;
     for (; klo == 0 && c + 32 <= khi; c += 32) { // whole pair tiles, no masks
-      const __m512 lo = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
-                       0xffff),
-                   hi = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), k, ri),
-                       0xffff);
+      const __m512 x0 = _mm512_loadu_ps(row + c),
+                   x1 = _mm512_loadu_ps(row + c + 16);
+      if (lazy) {
+        a = _mm512_max_ps(x0, a);
+        b = _mm512_max_ps(x1, b);
+      }
+      const __m512 lo = amx_exp2(_mm512_fmsub_ps(x0, k, ri), 0xffff),
+                   hi = amx_exp2(_mm512_fmsub_ps(x1, k, ri), 0xffff);
       const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
       sum = _mm512_add_ps(sum, lo);
       sum2 = _mm512_add_ps(sum2, hi);
@@ -122,9 +139,14 @@ static void amx_softmax_p16(float *s, int lds, int nc, int ncp, float mul,
     }
     sum = _mm512_add_ps(sum, sum2);
     for (; c < ncp; c += 32) {
-      const __m512 p0 = amx_p16(row + c, amx_keys(c, klo, khi), k, ri),
-                   p1 =
-                       amx_p16(row + c + 16, amx_keys(c + 16, klo, khi), k, ri);
+      const __mmask16 in0 = amx_keys(c, klo, khi),
+                      in1 = amx_keys(c + 16, klo, khi);
+      if (lazy) {
+        a = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, in0, row + c), a);
+        b = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, in1, row + c + 16), b);
+      }
+      const __m512 p0 = amx_p16(row + c, in0, k, ri),
+                   p1 = amx_p16(row + c + 16, in1, k, ri);
       const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0);
       sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
       _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
@@ -134,19 +156,28 @@ static void amx_softmax_p16(float *s, int lds, int nc, int ncp, float mul,
       }
     }
     red[i] = sum;
+    top[i] = _mm512_max_ps(a, b);
   }
-  column_done(m, l, mu, 0, vf_load(mr), vf_load(mr + 16),
-              amx_rows_reduce(red, 1));
+  if (lazy &&
+      _mm512_cmp_ps_mask(
+          _mm512_mul_ps(amx_rows_reduce(top, 0), vf_set1(mul)),
+          _mm512_add_ps(mx, _mm512_set1_ps(FA_AMX_LAZY_LOG2 * 0.693147181f)),
+          _CMP_GT_OQ))
+    return 0;
+  column_done(m, l, mu, 0, mx, ref, amx_rows_reduce(red, 1));
+  return 1;
 }
 
 /* Rows per pass of amx_softmax's max phase. */
 #define FA_AMX_SOFTMAX_ROWS 64
 
 /* One online-softmax step for nrow rows of S (a multiple of 16; the
-   arguments as amx_softmax_p16's, vlo / vhi per row): the maxima of up to
+   arguments as amx_softmax_p16's, vlo / vhi per row). Rows that have seen
+   keys before take the lazy step, 16 at a time; the rest, and any 16 whose
+   maxima pass their references by too much, take the maxima of up to
    FA_AMX_SOFTMAX_ROWS rows first, then their exps, so that the exps of one
    group of 16 rows run back to back with the next group's instead of
-   waiting, group by group, on a max pass and its transpose. */
+   waiting, group by group, on a max pass and its reduction. */
 static void amx_softmax(int nrow, float *s, int lds, int nc, int ncp, float mul,
                         float *m, float *l, float *mu, uint32_t *p2, int ldp,
                         int p32, const int *vlo, const int *vhi) {
@@ -154,16 +185,31 @@ static void amx_softmax(int nrow, float *s, int lds, int nc, int ncp, float mul,
   for (int r0 = 0; r0 < nrow; r0 += FA_AMX_SOFTMAX_ROWS) {
     const int n =
         nrow - r0 < FA_AMX_SOFTMAX_ROWS ? nrow - r0 : FA_AMX_SOFTMAX_ROWS;
+    unsigned todo = 0; // groups of 16 left for the two passes
     for (int g = 0; g < n; g += 16) {
       const int r = r0 + g;
-      amx_softmax_ref16(s + (size_t)r * lds, lds, nc, mul, m + r,
-                        vlo ? vlo + r : NULL, vlo ? vhi + r : NULL, mr + 2 * g);
+      const int seen =
+          !_mm512_cmp_ps_mask(vf_load(m + r), vf_set1(-INFINITY), _CMP_EQ_OQ);
+      if (!seen || p32 ||
+          !amx_softmax_p16(s + (size_t)r * lds, lds, nc, ncp, mul, NULL, m + r,
+                           l + r, mu + r, p2 + (size_t)r * ldp, ldp, p32,
+                           vlo ? vlo + r : NULL, vlo ? vhi + r : NULL))
+        todo |= 1u << (g / 16);
     }
     for (int g = 0; g < n; g += 16) {
       const int r = r0 + g;
-      amx_softmax_p16(s + (size_t)r * lds, lds, nc, ncp, mul, mr + 2 * g, m + r,
-                      l + r, mu + r, p2 + (size_t)r * ldp, ldp, p32,
-                      vlo ? vlo + r : NULL, vlo ? vhi + r : NULL);
+      if (todo >> (g / 16) & 1)
+        amx_softmax_ref16(s + (size_t)r * lds, lds, nc, mul, m + r,
+                          vlo ? vlo + r : NULL, vlo ? vhi + r : NULL,
+                          mr + 2 * g);
+    }
+    for (int g = 0; g < n; g += 16) {
+      const int r = r0 + g;
+      if (todo >> (g / 16) & 1)
+        (void)amx_softmax_p16(s + (size_t)r * lds, lds, nc, ncp, mul,
+                              mr + 2 * g, m + r, l + r, mu + r,
+                              p2 + (size_t)r * ldp, ldp, p32,
+                              vlo ? vlo + r : NULL, vlo ? vhi + r : NULL);
     }
   }
 }
