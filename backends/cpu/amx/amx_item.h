@@ -9,15 +9,16 @@
 // transpose:
 //   S = Q.K^T:   A = Q rows as stored (pairs along d), B = K^T, packed once
 //                per call as tiles of 16 keys (amx_kvpack_item);
-//   softmax:     along each row: 16 rows at a time, their maxima and sums
-//                reduced by one 16 x 16 transpose; exps rounded to bf16 in
-//                key order are already pairs of keys, i.e. P's A tile;
+//   softmax:     along each row, 16 rows at a time (amx_softmax.h): exps
+//                rounded to bf16 in key order are already pairs of keys,
+//                i.e. P's A tile;
 //   O += P.V:    A = P [lanes][key pairs], B = V in pairs of keys (the
 //                body's pack), C = O [lanes][dv] (the body's layout, so
 //                fold_state and fwd_item_store apply as they are).
-// Lanes are taken 32 at a time (two tile rows) through all three phases:
-// the chunk's scores (32 KiB at 256 keys) stay in L1 between the products
-// and the softmax, and the scale is folded into the exponent.
+// Lanes are taken FA_AMX_CHUNK at a time through all three phases, the
+// chunk's scores (64 KiB at 64 lanes and 256 keys) going from the score
+// tiles to the softmax through L1 and L2, and the scale is folded into the
+// exponent (chunks of 32 and 128 lanes measured the same).
 // A block that meets a mask (causal, window) is fused too, each row's
 // visible keys a key range in the softmax. Softcap or ALiBi (or a scale
 // <= 0), and a masked block whose V holds inf or NaN (only visible pairs

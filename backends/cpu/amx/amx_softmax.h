@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The forward item's online-softmax step on S = Q.K^T with lanes as rows
-// (amx_item.h), 16 rows at a time: their maxima (amx_softmax_ref16), then
-// the exps rounded to bf16 in key order, which are already the key pairs of
-// P.V's A tile, and the sums (amx_softmax_p16); each row's 16 partial
-// maxima or sums are reduced across by amx_rows_reduce. Included by
-// amx_item.h.
+// (amx_item.h), 16 rows at a time: rows that have seen keys take their exps
+// against their running maxima with the block's maxima in the same pass
+// (the lazy step); the others, and those whose maxima rise too far, their
+// maxima first (amx_softmax_ref16), then the exps (amx_softmax_p16). The
+// exps rounded to bf16 in key order are already the key pairs of P.V's A
+// tile; each row's 16 partial maxima or sums are reduced across by
+// amx_rows_reduce. Included by amx_item.h.
 #ifndef FA_AMX_SOFTMAX_H
 #define FA_AMX_SOFTMAX_H
 
