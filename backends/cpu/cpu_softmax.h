@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The online-softmax step on a transposed score tile (S^T[key][lane]), and
-// the rescale of O it asks for. Part of cpu_kernels.h; a tile-product step
-// that packs P as it exponentiates (amx/amx_step.h) uses column_ref and
-// column_done around its own exp pass.
+// the rescale of O it asks for. Part of cpu_kernels.h; a softmax of its
+// own layout (the AMX forward item's, amx/amx_softmax.h) ends with
+// column_done after its own exp pass.
 /* The online-softmax step on S^T ([keys][lanes], pitch bq), column by
    column of FA_VW lanes: column_ref gives lanes [r, r + FA_VW) their new
    maximum over keys [0, nc) (*mx, from the running maxima m) and the

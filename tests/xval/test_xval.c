@@ -72,7 +72,7 @@ void xv_case_name(const xrun *r, const xcase *c, char *buf, size_t n) {
   if (c->gen) {
     static const char *gz[] = {"normal", "logits+1e4", "logits-1e4", "f16max",
                                "equal",  "nan-q",      "nan-k",      "nan-v",
-                               "nan-do", "inf-q"};
+                               "nan-do", "inf-q",      "rising-k"};
     tn += snprintf(thr + tn, sizeof thr - tn, " gen=%s%s", gz[c->gen],
                    c->expect == XV_EXPECT_EXACT ? " exact"
                    : c->expect                  ? " elementwise"

@@ -22,10 +22,15 @@ enum {
   XV_GEN_NAN_K,      /* ... in k (key sk/3 of sequence 0) */
   XV_GEN_NAN_V,      /* ... in v (key sk/3 of sequence 0) */
   XV_GEN_NAN_DO,     /* ... in dO (row sq/2 of sequence 0; backward) */
-  XV_GEN_INF_Q       /* N(0, 1) with k > 0 in dimension 0, and q's
+  XV_GEN_INF_Q,      /* N(0, 1) with k > 0 in dimension 0, and q's
                         dimension 0 -inf in row sq/2 of head 0 (every score
                         of that row -inf: NaN, unlike a row with no key) and
                         +inf in row sq/3 of the last head (NaN) */
+  XV_GEN_RISING_K    /* N(0, 1) with k rows x3 from key sk/2 and x8 from
+                        key 3sk/4: every row's maximum jumps from one kv
+                        block to a later one, by a little and by a lot (a
+                        kernel that keeps a running reference must take
+                        the new one) */
 };
 
 /* What a case's result must satisfy (xcase.expect). */

@@ -7,9 +7,15 @@
 #include "xval_run.h"
 
 /* An input element of generator gen (XV_GEN_*) for tensor role 0 (q),
-   1 (k) or 2 (v), before rounding to the dtype. */
-static double edge_value(ts_rng *r, int gen, int role, int d) {
+   1 (k) or 2 (v), row i of rows, before rounding to the dtype. */
+static double edge_value(ts_rng *r, int gen, int role, int d, int i, int rows) {
   switch (gen) {
+  case XV_GEN_RISING_K:
+    if (role != 1) return ts_rng_normal(r);
+    return (4 * i >= 3 * rows ? 8.0
+            : 2 * i >= rows   ? 3.0
+                              : 1.0) *
+           ts_rng_normal(r);
   case XV_GEN_LOGITS_POS:
   case XV_GEN_LOGITS_NEG: {
     if (role == 2) return ts_rng_normal(r);
@@ -41,7 +47,8 @@ static void fill_values(xs *s, xt *x, ts_rng *r, int gen, int role,
           ts_store(x->t.data, x->t.dtype, o + c,
                    gen == XV_GEN_NORMAL
                        ? (double)(float)(amp * ts_rng_normal(r))
-                       : edge_value(r, gen, role, s->c->d));
+                       : edge_value(r, gen, role, s->c->d, i,
+                                    xv_rows_of(s, x->klike, b)));
       }
 }
 

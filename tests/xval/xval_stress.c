@@ -63,6 +63,13 @@ static void stress_cases(xv_list *l, int bwd) {
         c.hkv = 1; c.d = c.dv = dn; c.wl = 1000; c.wr = 0);
     }
   }
+  // Row maxima that rise along the keys, a little and a lot, through
+  // several kv blocks (tile kernels: 128 lanes), full and causal.
+  for (int t = 0; t < 3; t++)
+    for (int cz = 0; cz < 2; cz++)
+      S(c.dt = dts[t]; c.gen = XV_GEN_RISING_K; c.b = 1; c.sq = 128;
+        c.sk = 1100; c.hq = 2; c.hkv = 1; c.d = c.dv = 64;
+        c.causal = cz ? BR : 0);
   // Rows with no visible key.
   S(c.sq = 12; c.sk = 5; c.d = c.dv = 16; c.causal = BR);
   S(c.sq = 12; c.sk = 5; c.d = c.dv = 16; c.causal = BR; c.sinks = 1);

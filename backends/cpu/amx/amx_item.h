@@ -9,15 +9,16 @@
 // transpose:
 //   S = Q.K^T:   A = Q rows as stored (pairs along d), B = K^T, packed once
 //                per call as tiles of 16 keys (amx_kvpack_item);
-//   softmax:     along each row: 16 rows at a time, their maxima and sums
-//                reduced by one 16 x 16 transpose; exps rounded to bf16 in
-//                key order are already pairs of keys, i.e. P's A tile;
+//   softmax:     along each row, 16 rows at a time (amx_softmax.h): exps
+//                rounded to bf16 in key order are already pairs of keys,
+//                i.e. P's A tile;
 //   O += P.V:    A = P [lanes][key pairs], B = V in pairs of keys (the
 //                body's pack), C = O [lanes][dv] (the body's layout, so
 //                fold_state and fwd_item_store apply as they are).
-// Lanes are taken 32 at a time (two tile rows) through all three phases:
-// the chunk's scores (32 KiB at 256 keys) stay in L1 between the products
-// and the softmax, and the scale is folded into the exponent.
+// Lanes are taken FA_AMX_CHUNK at a time through all three phases, the
+// chunk's scores (64 KiB at 64 lanes and 256 keys) going from the score
+// tiles to the softmax through L1 and L2, and the scale is folded into the
+// exponent (chunks of 32 and 128 lanes measured the same).
 // A block that meets a mask (causal, window) is fused too, each row's
 // visible keys a key range in the softmax. Softcap or ALiBi (or a scale
 // <= 0), and a masked block whose V holds inf or NaN (only visible pairs
@@ -29,7 +30,7 @@
 #ifndef FA_AMX_ITEM_H
 #define FA_AMX_ITEM_H
 
-#include "amx/amx_exp2.h"
+#include "amx/amx_softmax.h"
 
 /* The body's pack, then K rewritten as K^T tiles: each 16-key group of a
    block (16 rows of ldk2 pairs, the same words) becomes [ldk2][16]: the B
@@ -130,128 +131,14 @@ static void amx_pv(int nrow, int dv, int e16, const uint32_t *p2, int ldp,
   amx_gemm(nrow, dv, e16, p2, (size_t)ldp, v2, (size_t)ldv2, o, (size_t)ldo, 1);
 }
 
-/* The 16 lanes of v[0..15] reduced across, one vector per row: after the
-   transpose lane i of the vertical max (or sum) is row i's. */
-static inline __m512 amx_rows_max(__m512i v[16]) {
-  transpose16(v);
-  for (int k = 8; k; k >>= 1)
-    for (int j = 0; j < k; j++)
-      v[j] = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(v[j + k]),
-                                               _mm512_castsi512_ps(v[j])));
-  return _mm512_castsi512_ps(v[0]);
-}
-static inline __m512 amx_rows_sum(__m512i v[16]) {
-  transpose16(v);
-  for (int k = 8; k; k >>= 1)
-    for (int j = 0; j < k; j++)
-      v[j] = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(v[j]),
-                                               _mm512_castsi512_ps(v[j + k])));
-  return _mm512_castsi512_ps(v[0]);
-}
-
-/* The keys c .. c + 15 that lie in [lo, hi), as a mask. */
-static inline __mmask16 amx_keys(int c, int lo, int hi) {
-  const int a = lo - c < 0 ? 0 : lo - c, z = hi - c > 16 ? 16 : hi - c;
-  return z <= a ? (__mmask16)0
-                : (__mmask16)(((1u << z) - 1u) & ~((1u << a) - 1u));
-}
-
-/* One online-softmax step for 16 rows of S (pitch lds, keys [0, nc)),
-   scores times mul (the scale, when folded; mul > 0): m, l, mu of the 16
-   lanes updated as column_done does; P as bf16 pairs of keys into p2 (rows
-   of ldp pairs, keys [nc, ncp) zero, ncp a multiple of 32); with p32 also
-   the fp32 exps back into S (for the masked products of the body). The
-   sums add the fp32 exps, not the rounded P (summing the bf16 pairs cost
-   the LSE a factor 100 in accuracy: 5e-6 against its bound of 1e-5). A
-   NaN score gives a NaN P and so a NaN sum: the maxima need not keep it. */
-static void amx_softmax16(float *s, int lds, int nc, int ncp, float mul,
-                          float *m, float *l, float *mu, uint32_t *p2, int ldp,
-                          int p32, const int *vlo, const int *vhi) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  const int full = nc & ~15;
-  const __mmask16 tailm = (__mmask16)((1u << (nc & 15)) - 1u);
-  __m512i red[16];
-  for (int i = 0; i < 16; i++) {
-    const float *row = s + (size_t)i * lds;
-    __m512 a = ninf, b = ninf;
-    int c = 0;
-    if (vlo) { // a row of a tile that meets a mask: its visible keys only
-      for (c = vlo[i] & ~15; c < vhi[i]; c += 16)
-        a = _mm512_max_ps(
-            _mm512_mask_loadu_ps(ninf, amx_keys(c, vlo[i], vhi[i]), row + c),
-            a);
-      red[i] = _mm512_castps_si512(a);
-      continue;
-    }
-    for (; c + 32 <= full; c += 32) {
-      a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
-      b = _mm512_max_ps(_mm512_loadu_ps(row + c + 16), b);
-    }
-    if (c < full) a = _mm512_max_ps(_mm512_loadu_ps(row + c), a);
-    if (tailm)
-      b = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tailm, row + full), b);
-    red[i] = _mm512_castps_si512(_mm512_max_ps(a, b));
-  }
-  const fa_vf mx = vf_max(vf_load(m),
-                          _mm512_mul_ps(amx_rows_max(red), vf_set1(mul))),
-              ref = vf_neginf_to_zero(mx);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f),
-               refl = _mm512_mul_ps(ref, log2e),
-               k = _mm512_mul_ps(vf_set1(mul), log2e);
-  for (int i = 0; i < 16; i++) {
-    const __m512 ri = _mm512_permutexvar_ps(_mm512_set1_epi32(i), refl);
-    float *row = s + (size_t)i * lds;
-    uint32_t *prow = p2 + (size_t)i * ldp;
-    __m512 sum = _mm512_setzero_ps(), sum2 = sum;
-    const int klo = vlo ? vlo[i] : 0, khi = vlo ? vhi[i] : nc;
-    int c = 0;
-    for (; klo == 0 && c + 32 <= khi; c += 32) { // whole pair tiles, no masks
-      const __m512 lo = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c), k, ri),
-                       0xffff),
-                   hi = amx_exp2(
-                       _mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), k, ri),
-                       0xffff);
-      const __m512bh pb = _mm512_cvtne2ps_pbh(hi, lo);
-      sum = _mm512_add_ps(sum, lo);
-      sum2 = _mm512_add_ps(sum2, hi);
-      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
-      if (p32) {
-        _mm512_storeu_ps(row + c, lo);
-        _mm512_storeu_ps(row + c + 16, hi);
-      }
-    }
-    sum = _mm512_add_ps(sum, sum2);
-    for (; c < ncp; c += 32) {
-      const __m512 p0 = amx_p16(row + c, amx_keys(c, klo, khi), k, ri),
-                   p1 =
-                       amx_p16(row + c + 16, amx_keys(c + 16, klo, khi), k, ri);
-      const __m512bh pb = _mm512_cvtne2ps_pbh(p1, p0);
-      sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-      _mm512_storeu_si512(prow + c / 2, (__m512i)pb);
-      if (p32) {
-        _mm512_storeu_ps(row + c, p0);
-        _mm512_storeu_ps(row + c + 16, p1);
-      }
-    }
-    red[i] = _mm512_castps_si512(sum);
-  }
-  column_done(m, l, mu, 0, mx, ref, amx_rows_sum(red));
-}
-
-/* 1 when a pair row of V2 in [0, ne) holds an inf or NaN (bf16 exponent
-   all ones in either half). */
-static int amx_v_nonfinite(const uint32_t *v2, int64_t ldv2, int ne, int dv) {
-  uint32_t bad = 0;
-  for (int e = 0; e < ne; e++) {
-    const uint32_t *vr = v2 + (size_t)e * ldv2;
-    for (int d = 0; d < dv; d++) {
-      const uint32_t x = vr[d] & 0x7f807f80u;
-      bad |= (uint32_t)((x & 0xffffu) == 0x7f80u) |
-             (uint32_t)((x >> 16) == 0x7f80u);
-    }
-  }
-  return bad != 0;
+/* The keys [0, kc) that rows [0, nrow) of a tile read, their visible
+   ranges [lo, hi): kc is the last key any of them sees, plus one (0 for
+   none). */
+static int amx_chunk_keys(const int *lo, const int *hi, int nrow) {
+  int kc = 0;
+  for (int r = 0; r < nrow; r++)
+    if (hi[r] > lo[r] && hi[r] > kc) kc = hi[r];
+  return kc;
 }
 
 /* The forward work item w on tiles, or 0 (untouched) for the body. */
@@ -315,13 +202,13 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
       fold_state(t, ws, nr, dv);
     const int col0 = kb * t->bk;
     const int nc = sk - col0 < t->bk ? sk - col0 : t->bk;
-    const int nc16 = round16(nc), e16 = round16((nc + 1) / 2);
+    const int nc16 = round16(nc);
     const uint32_t *kt = kv->k + (bh * kv->rows + col0) * ldk2,
                    *v2 = kv->v + (bh * kv->rows + col0) / 2 * ldv2;
     const int cut = tile_cut(p, &ln, sq, sk, col0, nc);
     // Masked P is 0, and 0 * inf is NaN: where the tile meets a mask and V
     // holds inf or NaN, only visible pairs are multiplied (as the body).
-    const int bad = cut && amx_v_nonfinite(v2, ldv2, (nc + 1) / 2, dv);
+    const int bad = cut && bf16_v_nonfinite(v2, ldv2, nc, dv);
     // A tile that meets a mask is fused too, its rows' visible keys as
     // ranges in the softmax (padded lanes see none).
     const int fused = !special && !bad && p->a.scale > 0.0f;
@@ -342,22 +229,27 @@ static int fwd_item_tiles(const fa_problem *p, const fa_plan_data *plan,
     }
     for (int r0 = 0; r0 < nr16; r0 += FA_AMX_CHUNK) {
       const int nrow = nr16 - r0 < FA_AMX_CHUNK ? nr16 - r0 : FA_AMX_CHUNK;
+      // Keys [0, kc) of the block for this chunk: all, or, where the rows'
+      // visible ranges are known, up to the last one seen (a chunk of the
+      // causal diagonal needs the keys up to its last row's; one that sees
+      // none is skipped: its m, l and O stay as they are).
+      const int kc = flo ? amx_chunk_keys(flo + r0, fhi + r0, nrow) : nc;
+      if (!kc) continue;
+      const int kc16 = round16(kc), ec16 = round16((kc + 1) / 2);
       // Fused, every chunk reuses the first chunk's S and P rows: the
       // tile stores then meet lines already in L1 (a chunk's own rows of
       // the 128 KiB tile would be cold at each step).
       float *sr = s + (fused ? 0 : (size_t)r0 * lds);
       uint32_t *pr = p2 + (fused ? 0 : (size_t)r0 * ldp);
       if (fused)
-        amx_scores(nrow, nc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
+        amx_scores(nrow, kc16, dpairs, q2 + (size_t)r0 * ldk2, ldk2, kt, ldk2,
                    sr, lds);
-      for (int g = 0; g < nrow; g += 16)
-        amx_softmax16(sr + (size_t)g * lds, lds, nc, 2 * e16,
-                      fused ? p->a.scale : 1.0f, m + r0 + g, l + r0 + g,
-                      mu + r0 + g, pr + (size_t)g * ldp, ldp, bad,
-                      flo ? flo + r0 + g : NULL, fhi + r0 + g);
+      amx_softmax(nrow, sr, lds, kc, 2 * ec16, fused ? p->a.scale : 1.0f,
+                  m + r0, l + r0, mu + r0, pr, ldp, bad, flo ? flo + r0 : NULL,
+                  flo ? fhi + r0 : NULL);
       if (bad) continue;
       rescale_o(o + (size_t)r0 * ldv, ldv, mu + r0, nrow, dv);
-      amx_pv(nrow, dv, e16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
+      amx_pv(nrow, dv, ec16, pr, ldp, v2, ldv2, o + (size_t)r0 * ldv, ldv);
     }
     if (bad) {
       rescale_o(o, ldv, mu, nr, dv);
