@@ -422,7 +422,7 @@ static int amx_next_visit(const cpu_bwd *c, int b, int hk, int kb, int *h,
 /* Pass 2 on tiles: dK, dV of kv block kb of (b, hk) into the body's acc
    and accv tiles (store_kv_block and add_kv_block read them there). */
 static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
-                               int kb) {
+                               int kb, int r) {
   const fa_problem *p = c->p;
   const cpu_tiles *t = &c->t;
   amx_bwd_tiles x;
@@ -441,7 +441,7 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
            !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
   }
   if (!ok) {
-    kv_block_grads(c, ws, b, hk, kb);
+    kv_block_grads(c, ws, b, hk, kb, r);
     return;
   }
   amx_kpack(c, &x, b, hk, kb);
