@@ -152,18 +152,31 @@ static int tile_grad(const cpu_bwd *c, float *ws, const float *k,
   return 1;
 }
 
-/* The first of the fp32 partial dQ rows of range r for (b, h), row row0
-   (cpu_bwd: a unit's rows are (sequence when paged, head of the group,
-   row), and wave slot u % dq_wave of the range's holds unit u). */
-static float *dq_rows(const cpu_bwd *c, int r, int b, int h, int row0) {
+/* The fp32 partial dQ block of range r for (b, h, q block qb) (cpu_bwd:
+   a unit's blocks are (sequence when paged, head of the group, q block),
+   and wave slot u % dq_wave of the range's holds unit u). */
+static float *dq_block(const cpu_bwd *c, int r, int b, int h, int qb) {
   const fa_problem *p = c->p;
   const int hk = h / p->group;
   const int64_t unit = p->paged ? hk : (int64_t)b * p->a.heads_kv + hk;
-  const int64_t row =
-      ((int64_t)(p->paged ? b : 0) * p->group + h % p->group) * p->a.seqlen_q +
-      row0;
+  const int64_t in_unit =
+      ((int64_t)(p->paged ? b : 0) * p->group + h % p->group) *
+          c->plan->num_q_blocks +
+      qb;
   const int64_t slot = (int64_t)r * c->dq_wave + unit % c->dq_wave;
-  return c->dq_part + ((size_t)slot * c->dq_unit_rows + row) * c->t.ld;
+  return c->dq_part +
+         ((size_t)slot * c->dq_unit_blocks + in_unit) * c->dq_block;
+}
+
+/* Rows [0, nr) x [0, dim) of x (pitch ld) added into dQ^T block blk
+   (c->dq_transposed: the layout of the ISA's blocks), or stored there when
+   first, the block's padding zeroed. */
+static void dq_block_add_t(const cpu_bwd *c, float *blk, const float *x,
+                           int64_t ld, int nr, int dim, int first) {
+  const int q32 = (c->t.bq + 31) / 32 * 32;
+  if (first) memset(blk, 0, sizeof(float) * c->dq_block);
+  for (int r = 0; r < nr; r++)
+    for (int d = 0; d < dim; d++) blk[(size_t)d * q32 + r] += x[r * ld + d];
 }
 
 /* dK, dV of one kv block, and with range >= 0 (c->dq_part) its dQ share
@@ -263,19 +276,24 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb,
         gemm(nc, dim, nr, dp, 1, bk, q, ldq, ws + t->acc, t->ld, 1);
       if (!with_dq) continue;
       // dQ[r][:] (+)= sum_c dS[r][c] K[c][:], over visible pairs only where
-      // masked dS = 0 would meet an inf or NaN in K.
-      float *dq = dq_rows(c, range, b, h, row0);
+      // masked dS = 0 would meet an inf or NaN in K. Into the block, or
+      // for another layout than rows through the qt tile (unused here).
+      float *blk = dq_block(c, range, b, h, qb);
       const int first = kb == (kb0 > dq_lo ? kb0 : dq_lo);
+      const int direct = !c->dq_transposed;
+      float *dq = direct ? blk : ws + t->qt;
       if (cut && k_bad < 0) k_bad = any_nonfinite(kb_rows, t->ld, nc, dim);
       if (cut && k_bad) {
-        if (first)
+        if (first || !direct)
           for (int i = 0; i < nr; i++)
             memset(dq + (size_t)i * t->ld, 0, sizeof(float) * (size_t)dim);
         gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, kb_rows, t->ld, dq,
                      t->ld, 0);
       } else {
-        gemm(nr, dim, nc, dp, bk, 1, kb_rows, t->ld, dq, t->ld, !first);
+        gemm(nr, dim, nc, dp, bk, 1, kb_rows, t->ld, dq, t->ld,
+             direct && !first);
       }
+      if (!direct) dq_block_add_t(c, blk, dq, t->ld, nr, dim, first);
     }
 }
 
@@ -405,44 +423,56 @@ static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
                acc + (size_t)r * t->ld, dim);
 }
 
-/* Pass 3 with dQ from pass 2: the rows of (b, h, q block qb) summed over
-   the ranges whose blocks reached them, in range order, and stored (rows
-   no range reached, which see no key, get 0). */
-static void dq_sum_block(const cpu_bwd *c, float *ws, int b, int h, int qb) {
+/* Pass 3 with dQ from pass 2: the dQ block of (b, h, q block qb) summed
+   over the ranges whose kv blocks reached it, in range order, into sum
+   (or, one range, that range's block: returned); NULL when none did (the
+   rows see no key: their dQ is 0). Rows [0, nr) x [0, dim) in the rows
+   layout; every float of the block in dQ^T's. */
+static const float *dq_sum(const cpu_bwd *c, float *sum, int b, int h, int qb,
+                           int nr, int dim) {
   const fa_problem *p = c->p;
-  const cpu_tiles *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
-  const int row0 = qb * t->bq, dim = p->a.head_dim;
-  if (row0 >= sq) return;
-  const int nr = sq - row0 < t->bq ? sq - row0 : t->bq;
   int kb0, kb1;
   fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, qb, &kb0,
                     &kb1);
   const int *bounds = c->dq_bounds + (size_t)b * (c->dq_ranges + 1);
-  float *acc = ws + t->acc;
-  const float *rows = acc;
-  int seen = 0;
+  const int rows = c->dq_transposed ? 1 : nr;
+  const size_t ld = c->t.ld, n = c->dq_transposed ? c->dq_block : (size_t)dim;
+  const float *got = NULL;
   for (int r = 0; r < c->dq_ranges; r++) {
     if ((kb0 > bounds[r] ? kb0 : bounds[r]) >=
         (kb1 < bounds[r + 1] ? kb1 : bounds[r + 1]))
       continue;
-    const float *part = dq_rows(c, r, b, h, row0);
-    if (seen++ == 0) { // one range: stored from its rows
-      rows = part;
+    const float *part = dq_block(c, r, b, h, qb);
+    if (!got) { // one range: its block as it is
+      got = part;
       continue;
     }
-    if (seen == 2) memcpy(acc, rows, sizeof(float) * (size_t)nr * t->ld);
-    rows = acc;
-    for (size_t at = 0; at < (size_t)nr * t->ld; at += t->ld)
-      for (int d = 0; d < dim; d += FA_VW) {
-        const int n = dim - d < FA_VW ? dim - d : FA_VW;
-        vf_store_part(acc + at + d,
-                      vf_add(vf_load_part(acc + at + d, n),
-                             vf_load_part(part + at + d, n)),
-                      n);
+    for (int i = 0; i < rows; i++)
+      for (size_t d = 0; d < n; d += FA_VW) {
+        const int k = n - d < FA_VW ? (int)(n - d) : FA_VW;
+        const size_t at = i * ld + d;
+        vf_store_part(
+            sum + at,
+            vf_add(vf_load_part(got + at, k), vf_load_part(part + at, k)), k);
       }
+    got = sum;
   }
-  if (!seen) memset(acc, 0, sizeof(float) * (size_t)nr * t->ld);
+  return got;
+}
+
+/* Pass 3 with dQ from pass 2 (rows layout): the block's sum stored. */
+static void dq_sum_block(const cpu_bwd *c, float *ws, int b, int h, int qb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), row0 = qb * t->bq, dim = p->a.head_dim;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < t->bq ? sq - row0 : t->bq;
+  const float *rows = dq_sum(c, ws + t->acc, b, h, qb, nr, dim);
+  if (!rows) {
+    memset(ws + t->acc, 0, sizeof(float) * (size_t)nr * t->ld);
+    rows = ws + t->acc;
+  }
   const fa_tensor *dq = &c->args->dq;
   for (int i = 0; i < nr; i++)
     store_grad(p, dq, fa_q_offset(p, dq, b, row0 + i, h),
@@ -450,8 +480,8 @@ static void dq_sum_block(const cpu_bwd *c, float *ws, int b, int h, int qb) {
 }
 
 /* An ISA may run the blocks of passes 2 and 3 on tiles of its own: its
-   header (FA_TILE_BWD_HEADER) defines FA_KV_BLOCK_GRADS and
-   FA_Q_BLOCK_GRADS, each falling back to the functions above for the
+   header (FA_TILE_BWD_HEADER) defines FA_KV_BLOCK_GRADS, FA_Q_BLOCK_GRADS
+   and FA_DQ_SUM_BLOCK, each falling back to the functions above for the
    blocks it leaves. */
 #ifdef FA_TILE_BWD_HEADER
 #include FA_TILE_BWD_HEADER
@@ -461,6 +491,9 @@ static void dq_sum_block(const cpu_bwd *c, float *ws, int b, int h, int qb) {
 #endif
 #ifndef FA_Q_BLOCK_GRADS
 #define FA_Q_BLOCK_GRADS q_block_grads
+#endif
+#ifndef FA_DQ_SUM_BLOCK
+#define FA_DQ_SUM_BLOCK dq_sum_block
 #endif
 
 /* Pass 2 item i: dK/dV of one (batch, kv head, kv block), or when paged of
@@ -503,7 +536,7 @@ static void bwd_q_item(const cpu_bwd *c, float *ws, int64_t i) {
   const int b = (int)(i / nqb / HQ), h = (int)(i / nqb % HQ),
             qb = (int)(i % nqb);
   if (c->dq_part)
-    dq_sum_block(c, ws, b, h, qb);
+    FA_DQ_SUM_BLOCK(c, ws, b, h, qb);
   else
     FA_Q_BLOCK_GRADS(c, ws, b, h, qb);
 }

@@ -73,12 +73,16 @@ size_t fa_cpu_dq_plan(cpu_bwd *c, int **bounds) {
   const fa_problem *p = c->p;
   const int B = p->a.batch;
   *bounds = NULL;
-  c->dq_ranges = c->dq_wave = 0;
-  c->dq_unit_rows = 0;
+  c->dq_ranges = 0;
+  c->dq_wave = c->dq_unit_blocks = 0;
+  c->dq_block = 0;
   const int64_t units = p->paged ? p->a.heads_kv : (int64_t)B * p->a.heads_kv;
-  const int64_t unit_rows =
-      (int64_t)(p->paged ? B : 1) * p->group * p->a.seqlen_q;
-  const size_t unit_floats = (size_t)unit_rows * c->t.ld;
+  const int64_t unit_blocks =
+      (int64_t)(p->paged ? B : 1) * p->group * c->plan->num_q_blocks;
+  // Either layout of a block fits in whole 32-float tiles of both sides.
+  const size_t block = (size_t)(c->t.bq + 31) / 32 * 32 *
+                       ((size_t)(c->t.ld + 31) / 32 * 32),
+               unit_floats = (size_t)unit_blocks * block;
   int nkb = 0; // the most kv blocks of a sequence
   for (int b = 0; b < B; b++) {
     const int n = (fa_seq_len_k(p, b) + c->t.bk - 1) / c->t.bk;
@@ -102,6 +106,7 @@ size_t fa_cpu_dq_plan(cpu_bwd *c, int **bounds) {
   *bounds = w;
   c->dq_ranges = (int)ranges;
   c->dq_wave = wave;
-  c->dq_unit_rows = unit_rows;
+  c->dq_unit_blocks = unit_blocks;
+  c->dq_block = block;
   return (size_t)ranges * wave * unit_floats;
 }

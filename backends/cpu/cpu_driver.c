@@ -167,10 +167,11 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
                v_floats = (size_t)B * HK * nkb * c.t.bk * c.t.ldv;
   size_t rows_floats = q_floats + do_floats + k_floats + v_floats;
   if (pack_floats || rows_floats > FA_CPU_PACK_MAX_FLOATS) rows_floats = 0;
-  // dQ in pass 2, where the blocks are the body's (an ISA's pack: AMX
-  // recomputes it in pass 3).
+  // dQ in pass 2, in the layout of the ISA's blocks where its pack runs
+  // them (AMX: dQ^T).
   int *dq_bounds = NULL;
-  const size_t dq_floats = pack_floats ? 0 : fa_cpu_dq_plan(&c, &dq_bounds);
+  const size_t dq_floats = fa_cpu_dq_plan(&c, &dq_bounds);
+  c.dq_transposed = pack_floats != 0;
   float *ws =
       dq_floats == SIZE_MAX
           ? NULL
