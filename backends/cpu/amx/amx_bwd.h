@@ -563,9 +563,18 @@ static void amx_dq_sum_block(const cpu_bwd *c, float *ws, int b, int h,
   const int nr = sq - row0 < c->t.bq ? sq - row0 : c->t.bq, q = x.q32;
   const float *dqt = dq_sum(c, x.dqt, b, h, qb, nr, dim);
   const fa_tensor *dq = &c->args->dq;
-  for (int r = 0; r < nr; r++) {
-    for (int n = 0; n < dim; n++) x.row[n] = dqt ? dqt[(size_t)n * q + r] : 0;
-    store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h), x.row, dim);
+  // 16 lanes at a time back to rows, in pass 0's row scratch (16 x d32
+  // floats fit: it holds at least 32 rows of d32 16-bit values).
+  float *rows = (float *)x.rows;
+  for (int r0 = 0; r0 < nr; r0 += 16) {
+    if (dqt)
+      amx_transpose((uint32_t *)rows, (size_t)x.d32, (const uint32_t *)dqt + r0,
+                    (size_t)q, x.d32, 16);
+    else
+      memset(rows, 0, sizeof(float) * 16 * (size_t)x.d32);
+    for (int r = r0; r < nr && r < r0 + 16; r++)
+      store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
+                 rows + (size_t)(r - r0) * x.d32, dim);
   }
 }
 #define FA_DQ_SUM_BLOCK amx_dq_sum_block
