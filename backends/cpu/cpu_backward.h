@@ -517,7 +517,7 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
   const int n = with_dq ? c->dq_ranges : c->plan->num_k_blocks;
   const int x = (int)(i % n), hk = (int)(i / n % HK), b = (int)(i / n / HK);
   const int sk = fa_seq_len_k(p, b);
-  const int *bounds = c->dq_bounds + (size_t)b * (n + 1);
+  const int *bounds = with_dq ? c->dq_bounds + (size_t)b * (n + 1) : NULL;
   const int kb0 = with_dq ? bounds[x] : x,
             kb1 = with_dq ? bounds[x + 1] : x + 1;
   if (x == 0) {
