@@ -225,7 +225,7 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = u0 * kv_per_unit; i < u1 * kv_per_unit; i++)
         ops->bwd_kv_item(&c, mine, mine + tile_floats, i);
-        // (implicit barrier: the wave's dQ rows are complete)
+        // (implicit barrier: the wave's dQ blocks are complete)
 #pragma omp for schedule(dynamic, 1)
       for (int64_t i = p->paged ? 0 : u0 * q_per_unit;
            i < (p->paged ? n_q : u1 * q_per_unit); i++)
