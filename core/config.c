@@ -39,6 +39,10 @@ static fa_switch table[] = {
      "cap the cpu backend's kernels at an ISA and below (scalar, avx2, "
      "avx512, neon: as the name cpu-<isa> does, for every context)",
      NULL, NULL},
+    {"FA_CPU_BWD_DQ_BYTES", NULL,
+     "most bytes of the CPU backward's fp32 partial dQ (default 256 MiB); "
+     "0: recompute dQ in a third pass instead",
+     NULL, NULL},
     {"FA_CUDA_DETERMINISTIC", NULL,
      "1: CUDA backward without atomic dQ accumulation (bit-reproducible, "
      "slower)",

@@ -4,11 +4,16 @@
 //
 // Three passes, each parallel without atomics and deterministic:
 //   1. D_i = rowsum(dO_i * O_i) for every query row;
-//   2. dK, dV: one item per (batch, kv head, kv block), over the q heads of
-//      its group and the q blocks that see the block;
-//   3. dQ: one item per (batch, q head, q block), over its kv blocks.
-// Splitting dQ from dK/dV recomputes two tile products (7 instead of 5) but
-// needs neither atomics nor an fp32 dQ accumulator the size of Q. Paged KV
+//   2. dK, dV: one item per (batch, kv head, range of kv blocks), each
+//      block over the q heads of its group and the q blocks that see it;
+//      with them dQ += dS.K into fp32 rows of the range's own
+//      (cpu_bwd_dq.c plans them);
+//   3. dQ: one item per (batch, q head, q block), the sum of its ranges'
+//      rows in range order.
+// 5 tile products a (q block, kv block) pair, for fp32 partial dQ rows
+// (the size of Q per range). Where they do not fit (dq_ranges 0), pass 2
+// runs one item per kv block and pass 3 recomputes S and dP for dQ over
+// the item's kv blocks: 7 products, no partial rows. Paged KV
 // may share a page between sequences: there pass 2 runs one item per kv
 // head, sums dK/dV in fp32 over every sequence that names a page (a buffer
 // over the pages the batch references), and stores each row once. (Adding
@@ -147,12 +152,42 @@ static int tile_grad(const cpu_bwd *c, float *ws, const float *k,
   return 1;
 }
 
-/* dK, dV of one kv block. Here the score tile is kept the other way round,
+/* The fp32 partial dQ block of range r for (b, h, q block qb) (cpu_bwd:
+   a unit's blocks are (sequence when paged, head of the group, q block),
+   and wave slot u % dq_wave of the range's holds unit u). */
+static float *dq_block(const cpu_bwd *c, int r, int b, int h, int qb) {
+  const fa_problem *p = c->p;
+  const int hk = h / p->group;
+  const int64_t unit = p->paged ? hk : (int64_t)b * p->a.heads_kv + hk;
+  const int64_t in_unit =
+      ((int64_t)(p->paged ? b : 0) * p->group + h % p->group) *
+          c->plan->num_q_blocks +
+      qb;
+  const int64_t slot = (int64_t)r * c->dq_wave + unit % c->dq_wave;
+  return c->dq_part +
+         ((size_t)slot * c->dq_unit_blocks + in_unit) * c->dq_block;
+}
+
+/* Rows [0, nr) x [0, dim) of x (pitch ld) added into dQ^T block blk
+   (c->dq_transposed: the layout of the ISA's blocks), or stored there when
+   first, the block's padding zeroed. */
+static void dq_block_add_t(const cpu_bwd *c, float *blk, const float *x,
+                           int64_t ld, int nr, int dim, int first) {
+  const int q32 = (c->t.bq + 31) / 32 * 32;
+  if (first) memset(blk, 0, sizeof(float) * c->dq_block);
+  for (int r = 0; r < nr; r++)
+    for (int d = 0; d < dim; d++) blk[(size_t)d * q32 + r] += x[r * ld + d];
+}
+
+/* dK, dV of one kv block, and with range >= 0 (c->dq_part) its dQ share
+   into the range's rows. Here the score tile is kept the other way round,
    S[lane][key], so that the block's K^T and V^T are packed once and every
    q block of every head of the group reuses them, with Q and dO as stored:
      S = Q.(scale K^T),  dP = dO.V^T,  P = exp(S - lse),
-     dS = P * (dP - D) * dscore,  dV += P^T.dO,  dK += dS^T.Q. */
-static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
+     dS = P * (dP - D) * dscore,  dV += P^T.dO,  dK += dS^T.Q,
+     dQ (+)= dS.K (the range's first block a q block sees stores it). */
+static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb,
+                           int range) {
   const fa_problem *p = c->p;
   const cpu_tiles *t = &c->t;
   const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
@@ -177,6 +212,10 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
   int *lo = (int *)(ws + t->vis), *hi = lo + bq;
   const cpu_slayout sl = {1, bk, 0};
   const int nqb = (sq + bq - 1) / bq, tail = nc % FA_VW, full = nc - tail;
+  const int with_dq = c->dq_part && range >= 0;
+  const int dq_lo =
+      with_dq ? c->dq_bounds[(size_t)b * (c->dq_ranges + 1) + range] : 0;
+  int k_bad = -1; // K holds an inf or NaN (looked at once, when needed)
   for (int h = hk * p->group; h < (hk + 1) * p->group; h++)
     for (int qb = 0; qb < nqb; qb++) {
       int kb0, kb1;
@@ -235,6 +274,26 @@ static void kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk, int kb) {
                      t->ld, 1);
       else
         gemm(nc, dim, nr, dp, 1, bk, q, ldq, ws + t->acc, t->ld, 1);
+      if (!with_dq) continue;
+      // dQ[r][:] (+)= sum_c dS[r][c] K[c][:], over visible pairs only where
+      // masked dS = 0 would meet an inf or NaN in K. Into the block, or
+      // for another layout than rows through the qt tile (unused here).
+      float *blk = dq_block(c, range, b, h, qb);
+      const int first = kb == (kb0 > dq_lo ? kb0 : dq_lo);
+      const int direct = !c->dq_transposed;
+      float *dq = direct ? blk : ws + t->qt;
+      if (cut && k_bad < 0) k_bad = any_nonfinite(kb_rows, t->ld, nc, dim);
+      if (cut && k_bad) {
+        if (first || !direct)
+          for (int i = 0; i < nr; i++)
+            memset(dq + (size_t)i * t->ld, 0, sizeof(float) * (size_t)dim);
+        gemm_visible(nc, 0, nr, lo, hi, dim, dp, bk, 1, kb_rows, t->ld, dq,
+                     t->ld, 0);
+      } else {
+        gemm(nr, dim, nc, dp, bk, 1, kb_rows, t->ld, dq, t->ld,
+             direct && !first);
+      }
+      if (!direct) dq_block_add_t(c, blk, dq, t->ld, nr, dim, first);
     }
 }
 
@@ -364,9 +423,65 @@ static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
                acc + (size_t)r * t->ld, dim);
 }
 
+/* Pass 3 with dQ from pass 2: the dQ block of (b, h, q block qb) summed
+   over the ranges whose kv blocks reached it, in range order, into sum
+   (or, one range, that range's block: returned); NULL when none did (the
+   rows see no key: their dQ is 0). Rows [0, nr) x [0, dim) in the rows
+   layout; every float of the block in dQ^T's. */
+static const float *dq_sum(const cpu_bwd *c, float *sum, int b, int h, int qb,
+                           int nr, int dim) {
+  const fa_problem *p = c->p;
+  const int sq = fa_seq_len_q(p, b), sk = fa_seq_len_k(p, b);
+  int kb0, kb1;
+  fa_plan_kv_blocks(p, c->plan, fa_diag_shift(p, b, sq, sk), sq, sk, qb, &kb0,
+                    &kb1);
+  const int *bounds = c->dq_bounds + (size_t)b * (c->dq_ranges + 1);
+  const int rows = c->dq_transposed ? 1 : nr;
+  const size_t ld = c->t.ld, n = c->dq_transposed ? c->dq_block : (size_t)dim;
+  const float *got = NULL;
+  for (int r = 0; r < c->dq_ranges; r++) {
+    if ((kb0 > bounds[r] ? kb0 : bounds[r]) >=
+        (kb1 < bounds[r + 1] ? kb1 : bounds[r + 1]))
+      continue;
+    const float *part = dq_block(c, r, b, h, qb);
+    if (!got) { // one range: its block as it is
+      got = part;
+      continue;
+    }
+    for (int i = 0; i < rows; i++)
+      for (size_t d = 0; d < n; d += FA_VW) {
+        const int k = n - d < FA_VW ? (int)(n - d) : FA_VW;
+        const size_t at = i * ld + d;
+        vf_store_part(
+            sum + at,
+            vf_add(vf_load_part(got + at, k), vf_load_part(part + at, k)), k);
+      }
+    got = sum;
+  }
+  return got;
+}
+
+/* Pass 3 with dQ from pass 2 (rows layout): the block's sum stored. */
+static void dq_sum_block(const cpu_bwd *c, float *ws, int b, int h, int qb) {
+  const fa_problem *p = c->p;
+  const cpu_tiles *t = &c->t;
+  const int sq = fa_seq_len_q(p, b), row0 = qb * t->bq, dim = p->a.head_dim;
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < t->bq ? sq - row0 : t->bq;
+  const float *rows = dq_sum(c, ws + t->acc, b, h, qb, nr, dim);
+  if (!rows) {
+    memset(ws + t->acc, 0, sizeof(float) * (size_t)nr * t->ld);
+    rows = ws + t->acc;
+  }
+  const fa_tensor *dq = &c->args->dq;
+  for (int i = 0; i < nr; i++)
+    store_grad(p, dq, fa_q_offset(p, dq, b, row0 + i, h),
+               rows + (size_t)i * t->ld, dim);
+}
+
 /* An ISA may run the blocks of passes 2 and 3 on tiles of its own: its
-   header (FA_TILE_BWD_HEADER) defines FA_KV_BLOCK_GRADS and
-   FA_Q_BLOCK_GRADS, each falling back to the functions above for the
+   header (FA_TILE_BWD_HEADER) defines FA_KV_BLOCK_GRADS, FA_Q_BLOCK_GRADS
+   and FA_DQ_SUM_BLOCK, each falling back to the functions above for the
    blocks it leaves. */
 #ifdef FA_TILE_BWD_HEADER
 #include FA_TILE_BWD_HEADER
@@ -377,33 +492,40 @@ static void q_block_grads(const cpu_bwd *c, float *ws, int b, int h, int qb) {
 #ifndef FA_Q_BLOCK_GRADS
 #define FA_Q_BLOCK_GRADS q_block_grads
 #endif
+#ifndef FA_DQ_SUM_BLOCK
+#define FA_DQ_SUM_BLOCK dq_sum_block
+#endif
 
 /* Pass 2 item i: dK/dV of one (batch, kv head, kv block), or when paged of
    one kv head over every sequence, summed in pacc (the thread's page
    accumulator). */
 static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
   const fa_problem *p = c->p;
-  const int nkb = c->plan->num_k_blocks, HK = p->a.heads_kv;
-  if (p->paged) {
+  const int HK = p->a.heads_kv, with_dq = c->dq_part != NULL;
+  if (p->paged) { // (with dQ: one range)
     const int hk = (int)i;
     memset(pacc, 0, sizeof(float) * c->page_floats);
     for (int b = 0; b < p->a.batch; b++)
       for (int kb = 0; kb * c->t.bk < fa_seq_len_k(p, b); kb++) {
-        FA_KV_BLOCK_GRADS(c, ws, b, hk, kb);
+        FA_KV_BLOCK_GRADS(c, ws, b, hk, kb, with_dq ? 0 : -1);
         add_kv_block(c, ws, pacc, b, kb);
       }
     store_pages(c, pacc, hk);
     return;
   }
-  const int kb = (int)(i % nkb), hk = (int)(i / nkb % HK),
-            b = (int)(i / nkb / HK);
+  // Kv blocks [kb0, kb1) of (b, hk): a range (with dQ), or one block.
+  const int n = with_dq ? c->dq_ranges : c->plan->num_k_blocks;
+  const int x = (int)(i % n), hk = (int)(i / n % HK), b = (int)(i / n / HK);
   const int sk = fa_seq_len_k(p, b);
-  if (kb == 0) {
+  const int *bounds = with_dq ? c->dq_bounds + (size_t)b * (n + 1) : NULL;
+  const int kb0 = with_dq ? bounds[x] : x,
+            kb1 = with_dq ? bounds[x + 1] : x + 1;
+  if (x == 0) {
     const fa_flat_problem f = fa_problem_flat(p);
     zero_kv_rows(c, b, hk, sk, fa_seq_storage_k(&f, b));
   }
-  if (kb * c->t.bk < sk) {
-    FA_KV_BLOCK_GRADS(c, ws, b, hk, kb);
+  for (int kb = kb0; kb < kb1 && kb * c->t.bk < sk; kb++) {
+    FA_KV_BLOCK_GRADS(c, ws, b, hk, kb, with_dq ? x : -1);
     store_kv_block(c, ws, b, hk, kb);
   }
 }
@@ -411,6 +533,10 @@ static void bwd_kv_item(const cpu_bwd *c, float *ws, float *pacc, int64_t i) {
 /* Pass 3 item i: dQ of one (batch, q head, q block). */
 static void bwd_q_item(const cpu_bwd *c, float *ws, int64_t i) {
   const int nqb = c->plan->num_q_blocks, HQ = c->p->a.heads_q;
-  FA_Q_BLOCK_GRADS(c, ws, (int)(i / nqb / HQ), (int)(i / nqb % HQ),
-                   (int)(i % nqb));
+  const int b = (int)(i / nqb / HQ), h = (int)(i / nqb % HQ),
+            qb = (int)(i % nqb);
+  if (c->dq_part)
+    FA_DQ_SUM_BLOCK(c, ws, b, h, qb);
+  else
+    FA_Q_BLOCK_GRADS(c, ws, b, h, qb);
 }

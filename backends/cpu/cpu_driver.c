@@ -6,6 +6,7 @@
 // isa_<isa>.c): kernels are single threaded on their thread's tiles (the
 // BLIS framework/micro-kernel split).
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,17 +167,31 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
                v_floats = (size_t)B * HK * nkb * c.t.bk * c.t.ldv;
   size_t rows_floats = q_floats + do_floats + k_floats + v_floats;
   if (pack_floats || rows_floats > FA_CPU_PACK_MAX_FLOATS) rows_floats = 0;
-  float *ws = fa_cpu_workspace(
-      st, sizeof(float) * (delta_floats + sink_floats + pack_floats +
-                           per_thread * (size_t)nt + rows_floats));
+  // dQ in pass 2, in the layout of the ISA's blocks where its pack runs
+  // them (AMX: dQ^T).
+  int *dq_bounds = NULL;
+  const size_t dq_floats = fa_cpu_dq_plan(&c, &dq_bounds);
+  c.dq_transposed = pack_floats != 0;
+  float *ws =
+      dq_floats == SIZE_MAX
+          ? NULL
+          : fa_cpu_workspace(st, sizeof(float) *
+                                     (delta_floats + sink_floats + pack_floats +
+                                      dq_floats + per_thread * (size_t)nt +
+                                      rows_floats));
   if (!ws) {
     free(page_slot);
+    free(dq_bounds);
     return FA_ERR_OUT_OF_MEMORY;
   }
   c.delta = ws;
   c.sink_part = want_dsinks ? ws + delta_floats : NULL;
   c.pack = pack_floats ? ws + delta_floats + sink_floats : NULL;
-  float *tiles = ws + delta_floats + sink_floats + pack_floats;
+  if (dq_floats) {
+    c.dq_part = ws + delta_floats + sink_floats + pack_floats;
+    c.dq_bounds = dq_bounds;
+  }
+  float *tiles = ws + delta_floats + sink_floats + pack_floats + dq_floats;
   if (rows_floats) {
     c.q_rows = tiles + per_thread * (size_t)nt;
     c.do_rows = c.q_rows + q_floats;
@@ -184,8 +199,17 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
     c.v_rows = c.k_rows + k_floats;
   }
   const int64_t n_bh = (int64_t)B * HQ;
-  const int64_t n_kv = p->paged ? HK : (int64_t)B * HK * nkb;
   const int64_t n_q = (int64_t)B * HQ * nqb;
+  // Pass 2's and 3's items, wave by wave: with dQ in pass 2 a wave is
+  // dq_wave units (a unit's items, and its q heads' dQ items, adjacent);
+  // without, one wave of every item.
+  const int64_t units = p->paged ? HK : (int64_t)B * HK;
+  const int64_t wave = c.dq_part ? c.dq_wave : units;
+  const int64_t kv_per_unit = p->paged    ? 1
+                              : c.dq_part ? c.dq_ranges
+                                          : (int64_t)nkb;
+  const int64_t q_per_unit =
+      p->paged ? (int64_t)B * p->group * nqb : (int64_t)p->group * nqb;
 
 #pragma omp parallel num_threads(nt)
   {
@@ -195,14 +219,21 @@ fa_status fa_cpu_drive_backward(const fa_cpu_isa_ops *ops, void *state,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_bh; i++)
       ops->bwd_delta(&c, mine, (int)(i / HQ), (int)(i % HQ));
-      // (implicit barrier: every D is ready)
+    // (implicit barrier: every D is ready)
+    for (int64_t u0 = 0; u0 < units; u0 += wave) {
+      const int64_t u1 = units - u0 < wave ? units : u0 + wave;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n_kv; i++)
-      ops->bwd_kv_item(&c, mine, mine + tile_floats, i);
+      for (int64_t i = u0 * kv_per_unit; i < u1 * kv_per_unit; i++)
+        ops->bwd_kv_item(&c, mine, mine + tile_floats, i);
+        // (implicit barrier: the wave's dQ blocks are complete)
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < n_q; i++) ops->bwd_q_item(&c, mine, i);
+      for (int64_t i = p->paged ? 0 : u0 * q_per_unit;
+           i < (p->paged ? n_q : u1 * q_per_unit); i++)
+        ops->bwd_q_item(&c, mine, i);
+    }
   }
   free(page_slot);
+  free(dq_bounds);
   if (want_dsinks) store_dsinks(&c);
   return FA_OK;
 }

@@ -67,7 +67,31 @@ typedef struct cpu_bwd {
   // Q and dO rows are the B operand of pass 2's dV and dK products: 16
   // floats past the tiles' pitch, a column panel spreads over every L1 set.
   int q_ld, do_ld;
+  // dQ accumulated in pass 2 (cpu_bwd_dq.c plans it; dq_ranges 0: pass 3
+  // recomputes S and dP for it instead). A unit is what one pass-2 item
+  // owns, (batch, kv head), or a kv head when paged; its kv blocks are cut
+  // into dq_ranges ranges, each adding dS.K into fp32 blocks of its own,
+  // one a (sequence when paged, head of the group, q block) of the unit,
+  // which pass 3 sums in range order. A block is dq_block floats: rows at
+  // the tiles' pitch ld, or where the ISA's pack runs the blocks
+  // (dq_transposed: AMX) dQ^T, [round32(ld)][round32(bq)]. dq_wave units
+  // at a time hold blocks (the passes run wave by wave), so dq_part is
+  // dq_ranges * dq_wave * dq_unit_blocks blocks.
+  float *dq_part;
+  const int *dq_bounds; // [batch][dq_ranges + 1]: each range's kv blocks
+  int dq_ranges, dq_transposed;
+  int64_t dq_wave, dq_unit_blocks;
+  size_t dq_block;
 } cpu_bwd;
+
+/* The fp32 dQ of pass 2 for call c, whose problem, plan and tiles are
+   set: fills c's dq_ranges (0: none, pass 3 recomputes), dq_wave,
+   dq_unit_blocks, dq_block, and *bounds (malloc'd, the caller frees it;
+   NULL with dq_ranges 0); returns the floats dq_part needs, or
+   SIZE_MAX when bounds could not be allocated. The choice depends on the
+   problem and the cap, never on the thread count, so the result's bits
+   do not either. */
+size_t fa_cpu_dq_plan(cpu_bwd *c, int **bounds);
 
 /* Most floats the fp32 row packs of one call may take (256 MiB); past it
    the kernels copy each tile's rows as they go (-DFA_CPU_PACK_MAX_FLOATS=0

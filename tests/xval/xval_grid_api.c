@@ -227,5 +227,7 @@ void xv_bwd_plan(xv_list *l) {
   BP(c.sinks = 1; c.dsinks = 1; c.alibi = 1; c.cap = 4.0f);
   BP(c.descale = 2; c.pos = 2; c.b = 3; c.causal = BR; c.dt = FA_BF16);
   BP(c.out = 1 + FA_F32; c.dt = FA_F16; c.causal = BR);
+  // 11 kv blocks of one kv head: the CPU's dQ in 11 ranges.
+  BP(c.sq = 300; c.sk = 700; c.hq = 2; c.hkv = 1; c.causal = BR);
 #undef BP
 }

@@ -10,8 +10,11 @@
 //   dV += P^T.dO     A = P^T rows (pairs along lanes), B = dO in pairs of
 //                    rows [lanes/2][dv]
 //   dK += dS^T.Q     A = dS^T rows, B = Q in pairs of rows
-//   dQ^T += K^T.dS^T (pass 3) A = K^T in pairs of keys [d][keys/2], B =
-//                    dS^T in pairs of keys [keys/2][lanes]
+//   dQ^T += K^T.dS^T A = K^T in pairs of keys [d][keys/2], B = dS^T in
+//                    pairs of keys [keys/2][lanes]: in pass 2 into the
+//                    range's fp32 dQ^T block (cpu_bwd's dq_transposed),
+//                    or, where those do not fit, in pass 3 after S^T and
+//                    dP^T again
 // Every operand is packed once per call (pass 0: each q block's and each
 // kv block's tiles), so the passes only multiply and exponentiate.
 // Every dimension is padded with zeros to whole tiles (32 keys, lanes and
@@ -118,6 +121,7 @@ typedef struct amx_bwd_tiles {
   uint32_t *kpr;          // pass 0: K in pairs of rows [kp/2][d32]
   uint32_t *pa, *dsa;     // P^T, dS^T [kp][q32/2] (pass 3: dS^T
                           // in pairs of keys [kp/2][q32], in dsa)
+  uint32_t *dsk;          // pass 2: dS^T in pairs of keys [kp/2][q32]
   float *st, *dpt;        // S^T, dP^T [kp][q32]
   float *dka, *dva, *dqt; // dK [kp][d32], dV [kp][v32], dQ^T [d32][q32]
   float *lse, *dl, *row;  // per lane; one dQ row
@@ -148,6 +152,7 @@ static size_t amx_bwd_place(const fa_plan_data *plan, float *at,
   FA_AMX_TAKE(kpr, uint32_t, kp * d / 2);
   FA_AMX_TAKE(pa, uint32_t, kp * q / 2);
   FA_AMX_TAKE(dsa, uint32_t, kp * q / 2);
+  FA_AMX_TAKE(dsk, uint32_t, kp * q / 2);
   FA_AMX_TAKE(st, float, kp *q);
   FA_AMX_TAKE(dpt, float, kp *q);
   FA_AMX_TAKE(dka, float, kp *d);
@@ -331,12 +336,12 @@ static void amx_chunk_scores(const amx_bwd_tiles *x, const amx_chunk *ch) {
 /* P and dS of the chunk from S^T and dP^T, keys j < nc and lanes r < nr
    of the block (lo: each lane's visible keys; elsewhere both are exactly
    0): P = exp(min(scale s - lse, 0)) (clamped as in tile_grad),
-   dS = P (dP - D) scale. by_keys 0: P^T and dS^T as bf16 rows, pairs of
-   lanes (pa, dsa: [nk][nl/2]); 1: dS^T alone in pairs of keys (dsa,
-   [nk/2][nl]). */
+   dS = P (dP - D) scale. With lanes, P^T and dS^T as bf16 rows, pairs of
+   lanes (pa, dsa: [nk][nl/2]); with by_keys (or NULL), dS^T in pairs of
+   keys there ([nk/2][nl]). */
 static void amx_grads(const amx_bwd_tiles *x, const amx_chunk *ch, int nc,
                       int nr, float scale, const int *lo, const int *hi,
-                      int by_keys) {
+                      int lanes, uint32_t *by_keys) {
   const int nl = ch->nl;
   const __m512 k = _mm512_set1_ps(scale * 1.44269504088896341f),
                vs = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
@@ -369,15 +374,13 @@ static void amx_grads(const amx_bwd_tiles *x, const amx_chunk *ch, int nc,
                             _mm512_sub_ps(_mm512_loadu_ps(x->dpt + at), dd[u])),
               vs);
         }
-      if (by_keys) {
+      if (by_keys)
         for (int u = 0; u < 2; u++)
           _mm512_storeu_si512(
-              x->dsa + (size_t)j / 2 * nl + c0 + 16 * u,
+              by_keys + (size_t)j / 2 * nl + c0 + 16 * u,
               _mm512_permutexvar_epi16(
                   inter, (__m512i)_mm512_cvtne2ps_pbh(dv[1][u], dv[0][u])));
-        continue;
-      }
-      for (int w = 0; w < 2; w++) {
+      for (int w = 0; lanes && w < 2; w++) {
         const size_t at = (size_t)(j + w) * (nl / 2) + c0 / 2;
         _mm512_storeu_si512(x->pa + at,
                             (__m512i)_mm512_cvtne2ps_pbh(pv[w][1], pv[w][0]));
@@ -420,9 +423,10 @@ static int amx_next_visit(const cpu_bwd *c, int b, int hk, int kb, int *h,
 }
 
 /* Pass 2 on tiles: dK, dV of kv block kb of (b, hk) into the body's acc
-   and accv tiles (store_kv_block and add_kv_block read them there). */
+   and accv tiles (store_kv_block and add_kv_block read them there), and
+   with range r >= 0 dQ^T into the range's blocks (as kv_block_grads). */
 static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
-                               int kb) {
+                               int kb, int r) {
   const fa_problem *p = c->p;
   const cpu_tiles *t = &c->t;
   amx_bwd_tiles x;
@@ -430,24 +434,30 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
   const int64_t shift = fa_diag_shift(p, b, sq, sk);
   const int col0 = kb * t->bk, nc = sk - col0 < t->bk ? sk - col0 : t->bk;
   const int bq = t->bq, dim = p->a.head_dim, dv = p->a.head_dim_v;
-  int ok = amx_bwd_tiles_of(c, ws, &x);
-  // Masked dS = 0 and P = 0 must not meet an inf or NaN in Q or dO.
+  int ok = amx_bwd_tiles_of(c, ws, &x), k_seen = 0;
+  const int with_dq = c->dq_part && r >= 0;
+  // Masked dS = 0 and P = 0 must not meet an inf or NaN in Q or dO (or,
+  // for dQ, in K).
   for (int h = hk * p->group, qb = -1;
        ok && amx_next_visit(c, b, hk, kb, &h, &qb);) {
     const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
     const cpu_lanes ln = {h, 1, row0, nr, shift};
-    if (tile_cut(p, &ln, sq, sk, col0, nc))
-      ok = !amx_rows_nonfinite(p, &c->args->q, b, h, row0, nr, dim, 0) &&
-           !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
+    if (!tile_cut(p, &ln, sq, sk, col0, nc)) continue;
+    ok = !amx_rows_nonfinite(p, &c->args->q, b, h, row0, nr, dim, 0) &&
+         !amx_rows_nonfinite(p, &c->args->d_o, b, h, row0, nr, dv, 0);
+    if (ok && with_dq && !k_seen++)
+      ok = !amx_rows_nonfinite(p, &c->args->k, b, hk, col0, nc, dim, 1);
   }
   if (!ok) {
-    kv_block_grads(c, ws, b, hk, kb);
+    kv_block_grads(c, ws, b, hk, kb, r);
     return;
   }
   amx_kpack(c, &x, b, hk, kb);
   x.kp = round32(nc);
   memset(x.dka, 0, sizeof(float) * (size_t)x.kp * x.d32);
   memset(x.dva, 0, sizeof(float) * (size_t)x.kp * x.v32);
+  const int dq_lo =
+      with_dq ? c->dq_bounds[(size_t)b * (c->dq_ranges + 1) + r] : 0;
   for (int h = hk * p->group, qb = -1; amx_next_visit(c, b, hk, kb, &h, &qb);) {
     const int row0 = qb * bq, nr = sq - row0 < bq ? sq - row0 : bq;
     const cpu_lanes ln = {h, 1, row0, nr, shift};
@@ -455,16 +465,24 @@ static void amx_kv_block_grads(const cpu_bwd *c, float *ws, int b, int hk,
     amx_lse_d(c, &x, b, h, row0, nr);
     const int *lo = amx_cut_keys(c, &x, &ln, sq, sk, col0, nc);
     const int q = x.q32;
-    // Keys FA_AMX_BWD_KEYS at a time through all four products.
+    int kb0 = 0, kb1;
+    if (with_dq) fa_plan_kv_blocks(p, c->plan, shift, sq, sk, qb, &kb0, &kb1);
+    float *dqt = with_dq ? dq_block(c, r, b, h, qb) : NULL;
+    const int first = kb == (kb0 > dq_lo ? kb0 : dq_lo);
+    // Keys FA_AMX_BWD_KEYS at a time through all five products.
     for (int j0 = 0; j0 < x.kp; j0 += FA_AMX_BWD_KEYS) {
       const amx_chunk ch = {
           j0, x.kp - j0 < FA_AMX_BWD_KEYS ? x.kp - j0 : FA_AMX_BWD_KEYS, 0, q};
       amx_chunk_scores(&x, &ch);
-      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 0);
+      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 1,
+                with_dq ? x.dsk : NULL);
       amx_gemm(ch.nk, x.v32, q / 2, x.pa, q / 2, x.dorb, x.v32,
                x.dva + (size_t)j0 * x.v32, x.v32, 1);
       amx_gemm(ch.nk, x.d32, q / 2, x.dsa, q / 2, x.qrb, x.d32,
                x.dka + (size_t)j0 * x.d32, x.d32, 1);
+      if (with_dq)
+        amx_gemm(x.d32, q, ch.nk / 2, x.kta + j0 / 2, x.kfull / 2, x.dsk, q,
+                 dqt, q, !first || j0 > 0);
     }
   }
   amx_done();
@@ -516,7 +534,7 @@ static void amx_q_block_grads(const cpu_bwd *c, float *ws, int b, int h,
       const amx_chunk ch = {
           0, x.kp, r0, q - r0 < FA_AMX_BWD_LANES ? q - r0 : FA_AMX_BWD_LANES};
       amx_chunk_scores(&x, &ch);
-      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 1);
+      amx_grads(&x, &ch, nc, nr, p->a.scale, lo, x.hi, 0, x.dsa);
       amx_gemm(d, ch.nl, x.kp / 2, x.kta, x.kfull / 2, x.dsa, ch.nl, x.dqt + r0,
                q, 1);
     }
@@ -529,5 +547,36 @@ static void amx_q_block_grads(const cpu_bwd *c, float *ws, int b, int h,
   }
 }
 #define FA_Q_BLOCK_GRADS amx_q_block_grads
+
+/* Pass 3 with dQ from pass 2: the ranges' dQ^T blocks of (b, h, q block
+   qb) summed (dq_sum) and stored by rows; without the pack, the body's. */
+static void amx_dq_sum_block(const cpu_bwd *c, float *ws, int b, int h,
+                             int qb) {
+  const fa_problem *p = c->p;
+  amx_bwd_tiles x;
+  const int sq = fa_seq_len_q(p, b), row0 = qb * c->t.bq, dim = p->a.head_dim;
+  if (!c->dq_transposed || !amx_bwd_tiles_of(c, ws, &x)) {
+    dq_sum_block(c, ws, b, h, qb);
+    return;
+  }
+  if (row0 >= sq) return;
+  const int nr = sq - row0 < c->t.bq ? sq - row0 : c->t.bq, q = x.q32;
+  const float *dqt = dq_sum(c, x.dqt, b, h, qb, nr, dim);
+  const fa_tensor *dq = &c->args->dq;
+  // 16 lanes at a time back to rows, in pass 0's row scratch (16 x d32
+  // floats fit: it holds at least 32 rows of d32 16-bit values).
+  float *rows = (float *)x.rows;
+  for (int r0 = 0; r0 < nr; r0 += 16) {
+    if (dqt)
+      amx_transpose((uint32_t *)rows, (size_t)x.d32, (const uint32_t *)dqt + r0,
+                    (size_t)q, x.d32, 16);
+    else
+      memset(rows, 0, sizeof(float) * 16 * (size_t)x.d32);
+    for (int r = r0; r < nr && r < r0 + 16; r++)
+      store_grad(p, dq, fa_q_offset(p, dq, b, row0 + r, h),
+                 rows + (size_t)(r - r0) * x.d32, dim);
+  }
+}
+#define FA_DQ_SUM_BLOCK amx_dq_sum_block
 
 #endif
