@@ -8,7 +8,10 @@
 #
 #   STEPS="build sass xval bench" bench/gpu/run_fp8.sh     (the default)
 # HEAD_DIMS (default 128) is the build's FA_CUDA_HEAD_DIMS (the sm80 FP8
-# kernels exist for 64;96;128;192;256); FP8_BOUND, comma-separated kernel
+# kernels exist for 64;96;128;192;256); ARCHS (default 90a) its
+# FA_CUDA_ARCHITECTURES: ARCHS=80 runs the sm80 kernels' sm_80 path (the
+# integer e4m3 decode) on an sm_90 device through the PTX JIT, without the
+# sm90 kernels (their steps then SKIP); FP8_BOUND, comma-separated kernel
 # names, adds bench_sdpa.py --fp8-bound (those kernels timed by name on the
 # same shapes, e.g. cuda.sm80.e4m3.d128,cuda.generic,cuda.sm80.bf16.d128).
 # Each step fits one device call (< 10 min); logs under OUT_DIR (default
@@ -33,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem \
 
 if has build; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFA_ENABLE_CUDA=ON \
-    -DFA_CUDA_ARCHITECTURES=90a "-DFA_CUDA_HEAD_DIMS=${HEAD_DIMS:-128}" \
+    "-DFA_CUDA_ARCHITECTURES=${ARCHS:-90a}" "-DFA_CUDA_HEAD_DIMS=${HEAD_DIMS:-128}" \
     -DFA_CUDA_PTXAS_VERBOSE=ON -DFA_ENABLE_SIMD=OFF -DFA_BUILD_TESTS=ON \
     -DFA_BUILD_BENCH=OFF >"$out/build.log" 2>&1 &&
     cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target flashattn \

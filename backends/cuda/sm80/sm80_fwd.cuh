@@ -35,8 +35,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "common/ptx.cuh"
 #include "cuda_internal.h"
 #include "flashattn.h"
@@ -239,8 +237,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // sm80_tiles.h).
   constexpr bool SMEM_STAGED =
       FP8 && FA_SM80_FP8_SMEM_STAGED(D, BK, NW, MT, TL::QREG);
-  typedef typename std::conditional<SMEM_STAGED, fp8_rows_smem<IN, BK, D, NT>,
-                                    fp8_rows<IN, BK, D, NT>>::type kv_rows;
+  typedef fp8_rows<IN, BK, D, NT, SMEM_STAGED> kv_rows;
   constexpr int STAGE_REGS =
       FP8 && !SMEM_STAGED ? FA_SM80_FP8_STAGE_REGS(D, BK, NW) : 0;
   // Tiles whose accumulators (O, S, and Q when kept; FP8: the staged
@@ -437,15 +434,20 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   constexpr bool special = SPECIAL;
   // The scores' factor: scale, and for FP8 inputs scale * dq * dk (the
   // descales of this work item's kv head) times the decode's unit^2;
-  // o_mul: what O takes besides 1/l (FP8: dv / unit).
-  float qk_scale = p.prob.scale, o_mul = 1.0f;
+  // o_mul: what O takes besides 1/l (FP8: dv / unit). (16-bit inputs read
+  // the scale where they use it, as the parameter it is.)
+  float fp8_scale = 0.0f, o_mul = 1.0f;
   if constexpr (FP8) {
     const float u = INP::unit();
-    qk_scale *= fa_gpu_descale(p.descale_q, p, b, hk) *
+    fp8_scale = p.prob.scale * fa_gpu_descale(p.descale_q, p, b, hk) *
                 fa_gpu_descale(p.descale_k, p, b, hk) * (u * u);
     o_mul = fa_gpu_descale(p.descale_v, p, b, hk) / u;
   }
-  const float mul = special ? 1.0f : qk_scale * kLog2e;
+  auto qk_scale = [&]() -> float {
+    if constexpr (FP8) return fp8_scale;
+    return p.prob.scale;
+  };
+  const float mul = special ? 1.0f : qk_scale() * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
   // Blocks that need no mask: every row sees all their keys. The window
   // edges move one key per row, so the block's first and last rows decide:
@@ -587,8 +589,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
             for (int e = 0; e < 2; e++) {
               const int j = col0 + n * 8 + 2 * t4 + e;
               s[mi][n][2 * hr + e] =
-                  fa_flat_transform(&p.prob, qk_scale * s[mi][n][2 * hr + e], h,
-                                    i, j, shift) *
+                  fa_flat_transform(&p.prob, qk_scale() * s[mi][n][2 * hr + e],
+                                    h, i, j, shift) *
                   kLog2e;
             }
         }

@@ -26,7 +26,7 @@
 //
 // Tiles whose registers are already full (sm80_tiles.h,
 // FA_SM80_FP8_SMEM_STAGED: d128, d192, d256) stage the codes in shared
-// memory instead (fp8_rows_smem): cp.async of the raw codes, K and V both
+// memory instead (fp8_rows with SMEM): cp.async of the raw codes, K and V both
 // at the top of the iteration (one commit group each), each decoded by the
 // thread that copied it once its group is complete (no barrier between),
 // K after S and V at the end as above. That costs a raw K and V block of
@@ -62,14 +62,14 @@ struct fp8_e5m2 {};
 /* 16-bit inputs: the mma type itself, no decode. */
 template <typename IN> struct input {
   typedef IN mma_t;
-  static constexpr bool kFP8 = false, kE5M2 = false;
+  static constexpr bool kFP8 = false;
   static __device__ __forceinline__ float unit() { return 1.0f; }
 };
 
 /* FP8 inputs: f16 tiles; `unit` is the factor the decoded values carry. */
 template <bool E5M2> struct fp8_input {
   typedef __half mma_t;
-  static constexpr bool kFP8 = true, kE5M2 = E5M2;
+  static constexpr bool kFP8 = true;
   static __device__ __forceinline__ float unit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     return 1.0f;
@@ -120,9 +120,8 @@ __device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ void st_shared16(uint32_t addr, uint32_t a,
-                                            uint32_t b, uint32_t c,
-                                            uint32_t d) {
+__device__ __forceinline__ void
+st_shared16(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(a),
                "r"(b), "r"(c), "r"(d)
                : "memory");
@@ -141,26 +140,36 @@ __device__ __forceinline__ void store_decoded(uint32_t lo_at, uint32_t hi_at,
   st_shared16(hi_at, h[4], h[5], h[6], h[7]);
 }
 
-/* ROWS rows of D FP8 codes staged in registers: NL 16-code loads per
+/* ROWS rows of D FP8 codes on their way to f16 tiles: NL 16-code loads per
    thread; load i of thread tid is row idx / (D / 16), codes 16 c .. 16 c +
    15 with c = idx % (D / 16), idx = tid + i * NT (consecutive threads read
-   consecutive 16 bytes of a row: coalesced). */
-template <typename IN, int ROWS, int D, int NT> struct fp8_rows {
+   consecutive 16 bytes of a row: coalesced). Staged in registers (r), or
+   with SMEM in shared memory (see the header): `raw` is then the shared
+   address of ROWS x D bytes, load idx's codes at raw + 16 idx; fetch
+   issues cp.async (the caller commits, and waits for that group before
+   store, which reads only what this thread copied). */
+template <typename IN, int ROWS, int D, int NT, bool SMEM = false>
+struct fp8_rows {
   static constexpr int C16 = D / 16, NL = ROWS * C16 / NT;
   static_assert(D % 16 == 0 && (ROWS * C16) % NT == 0, "FP8 tile copy");
-  uint4 r[NL];
+  uint4 r[SMEM ? 1 : NL];
+  uint32_t raw;
 
-  /* Loads from the codes at g: off(row) is the row's element (= byte)
-     offset, or < 0 for a row of zeros (past the sequence, padding lanes,
-     a block-table entry outside the pool). */
+  /* From the codes at g: off(row) is the row's element (= byte) offset, or
+     < 0 for a row of zeros (past the sequence, padding lanes, a
+     block-table entry outside the pool). */
   template <typename OFF>
   __device__ __forceinline__ void fetch(const uint8_t *g, int tid, OFF off) {
 #pragma unroll
     for (int i = 0; i < NL; i++) {
       const int idx = tid + i * NT, row = idx / C16, c = idx % C16;
       const int64_t o = off(row);
-      r[i] = o >= 0 ? __ldg(reinterpret_cast<const uint4 *>(g + o + c * 16))
-                    : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (SMEM)
+        cp_async16(raw + 16u * (uint32_t)idx, o >= 0 ? g + o + c * 16 : g,
+                   o >= 0 ? 16 : 0);
+      else
+        r[i] = o >= 0 ? __ldg(reinterpret_cast<const uint4 *>(g + o + c * 16))
+                      : make_uint4(0u, 0u, 0u, 0u);
     }
   }
 
@@ -171,41 +180,13 @@ template <typename IN, int ROWS, int D, int NT> struct fp8_rows {
 #pragma unroll
     for (int i = 0; i < NL; i++) {
       const int idx = tid + i * NT, row = idx / C16, c = idx % C16;
+      uint4 v;
+      if constexpr (SMEM)
+        v = ld_shared16(raw + 16u * (uint32_t)idx);
+      else
+        v = r[i];
       store_decoded<IN>(base + (uint32_t)L::offset(row, 2 * c) * 2,
-                        base + (uint32_t)L::offset(row, 2 * c + 1) * 2, r[i]);
-    }
-  }
-};
-
-/* The same rows staged in shared memory (see the header): `raw` is the
-   shared address of ROWS x D bytes, load idx's 16 codes at raw + 16 idx.
-   fetch issues the cp.async (the caller commits); the caller waits for
-   that group before store, which then reads only what this thread
-   copied. */
-template <typename IN, int ROWS, int D, int NT> struct fp8_rows_smem {
-  static constexpr int C16 = D / 16, NL = ROWS * C16 / NT;
-  static_assert(D % 16 == 0 && (ROWS * C16) % NT == 0, "FP8 tile copy");
-  uint32_t raw;
-
-  template <typename OFF>
-  __device__ __forceinline__ void fetch(const uint8_t *g, int tid, OFF off) {
-#pragma unroll
-    for (int i = 0; i < NL; i++) {
-      const int idx = tid + i * NT, row = idx / C16, c = idx % C16;
-      const int64_t o = off(row);
-      cp_async16(raw + 16u * (uint32_t)idx, o >= 0 ? g + o + c * 16 : g,
-                 o >= 0 ? 16 : 0);
-    }
-  }
-
-  template <typename L>
-  __device__ __forceinline__ void store(uint32_t base, int tid) const {
-#pragma unroll
-    for (int i = 0; i < NL; i++) {
-      const int idx = tid + i * NT, row = idx / C16, c = idx % C16;
-      store_decoded<IN>(base + (uint32_t)L::offset(row, 2 * c) * 2,
-                        base + (uint32_t)L::offset(row, 2 * c + 1) * 2,
-                        ld_shared16(raw + 16u * (uint32_t)idx));
+                        base + (uint32_t)L::offset(row, 2 * c + 1) * 2, v);
     }
   }
 };

@@ -15,7 +15,7 @@ extern "C" {
    (FA_SM80_ACC_REGS: O, S, and Q when kept in registers) pass 180, in
    shared memory (a raw K and a raw V block, 2 * block_k * dim bytes more:
    FA_SM80_FP8_STAGE_BYTES). With register staging, nvcc 13's ptxas
-   spilled 190-380 bytes a thread at d128-d256 (16-bit inputs: 20-144),
+   spilled 188-380 bytes a thread at d128-d256 (16-bit inputs: 20-144),
    none at d64 and on the decode tiles, 36 at d96 (whose 12 KB of staging
    would cost the A100 its second CTA per SM). Constant expressions, for
    the kernel's template arguments and the host's table alike. */
