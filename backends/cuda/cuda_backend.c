@@ -28,9 +28,10 @@
 // Every kernel declines what no GPU kernel implements yet, with the reason
 // (fa_gpu_positions_modes_ok: per-sequence positions, the accumulating
 // backward, dsinks), and takes explicit positions given as one offset
-// (q_position, k_position). The tensor-core kernels also decline an output
-// dtype other than the input's and descales (fa_gpu_plain_io_ok), which
-// cuda.generic's forward takes, FP8 inputs included.
+// (q_position, k_position). The 16-bit tensor-core kernels also decline an
+// output dtype other than the input's and descales (fa_gpu_plain_io_ok),
+// which the FP8 kernels (cuda.sm90.<e4m3|e5m2>.d128, cuda.sm80.<e4m3|e5m2>.*)
+// and cuda.generic's forward take.
 //
 // Kernels (dispatch takes the highest score among those that accept),
 // each arch's glue beside its kernels:
@@ -38,7 +39,8 @@
 //   cuda.sm90.<e4m3|e5m2>.d128  sm90/sm90_fp8_host.h (30; FP8 inputs,
 //                        descales, any output dtype; forward only)
 //   cuda.sm80.*.decode   sm80/sm80_host.h (25 when the decode tile fits)
-//   cuda.sm80.*          sm80/sm80_host.h (20)
+//   cuda.sm80.*          sm80/sm80_host.h (20; FP8 inputs too, forward
+//                        only: cuda.sm80.<e4m3|e5m2>.d<dim>[.decode])
 //   cuda.generic  every problem with head dims <= 256, forward and backward
 //       (backends/gpu/generic_kernels.h, the same source as the HIP
 //       module's hip.generic; fixed summation order, no atomics); the
@@ -149,6 +151,8 @@ static fa_status ctx_create(int device, void **state) {
 
 #define FA_DTYPE_bf16 FA_BF16
 #define FA_DTYPE_f16 FA_F16
+#define FA_DTYPE_e4m3 FA_E4M3
+#define FA_DTYPE_e5m2 FA_E5M2
 
 /* What identifies a kernel entry: its dtype, head dim and the arch's
    variant (sm80: 1 for the decode tile). */
@@ -181,6 +185,23 @@ static int kernel_dims_ok(const kdesc *k, const fa_kernel_query *q, char *why,
 static int tc_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
                        size_t len) {
   return kernel_dims_ok(k, q, why, len) && fa_gpu_features_ok(q, why, len) &&
+         fa_gpu_aligned16(q, why, len);
+}
+
+/* An FP8 tensor-core kernel's problem: the forward (they have no backward;
+   the CPU backends run the FP8 one), its dtype and head dims, what every
+   GPU kernel implements, 16-byte aligned tensors; but any output dtype
+   and descales (not fa_gpu_features_ok's fa_gpu_plain_io_ok). */
+static int tc_fp8_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
+                           size_t len) {
+  if (is_backward(q)) {
+    (void)snprintf(why, len,
+                   "the backward (the FP8 tensor-core kernels are forward "
+                   "only; the CPU backends run the FP8 backward)");
+    return 0;
+  }
+  return kernel_dims_ok(k, q, why, len) &&
+         fa_gpu_positions_modes_ok(q, why, len) &&
          fa_gpu_aligned16(q, why, len);
 }
 

@@ -8,7 +8,8 @@
 // both formats against the CPU decoder (core/fp8.h).
 //
 // A loader that reads FP8 rows fetches 2, 4 or 8 codes per load and calls
-// the x2 forms per pair (an f16x2 / bf16x2 register).
+// the x2 forms per pair (an f16x2 / bf16x2 register), or the branch-free x4
+// form (f16, e4m3 times 2^-8) per 32-bit word of codes.
 #ifndef FA_GPU_FP8_H
 #define FA_GPU_FP8_H
 
@@ -101,6 +102,37 @@ FA_FP8_FN uint32_t fa_gpu_fp8x2_to_bf16x2(uint16_t two, int e5m2) {
                     (uint32_t)fa_gpu_e5m2_to_bf16(hi) << 16
               : (uint32_t)fa_gpu_e4m3_to_bf16(lo) |
                     (uint32_t)fa_gpu_e4m3_to_bf16(hi) << 16;
+}
+
+/* ---- whole rows: four codes per call, no branch ----------------------------
+   For loaders that decode every code of a tile (the sm80 forward's FP8
+   rows), where fa_e4m3_mag's subnormal loop and NaN test would cost more
+   than the copy. The e4m3 values come out times 2^-8 (FA_GPU_E4M3X4_UNIT):
+   the code's 4 exponent and 3 mantissa bits placed under an f16's top
+   exponent and mantissa bits read as a number 2^(15 - 7) smaller, for
+   normal and subnormal codes alike (e4m3's subnormals become f16
+   subnormals, exactly). Only the NaN code (magnitude 0x7f, which would
+   read 1.875) needs a fix: its exponent is filled to all ones. The caller
+   folds the 2^8 back into a scale. */
+#define FA_GPU_E4M3X4_UNIT (1.0f / 256.0f)
+
+/* Two codes in the upper bytes of the halves of y (code 0 in bits 8..15)
+   to f16x2: e5m2 as they are, e4m3 times 2^-8 (above). */
+FA_FP8_FN uint32_t fa_gpu_fp8_hi2_to_f16x2(uint32_t y, int e5m2) {
+  if (e5m2) return y;
+  uint32_t f = (y & 0x80008000u) | ((y >> 1) & 0x3f803f80u);
+  // Bit 15 of a half of `nan`: its magnitude was 0x7f (no carry leaves the
+  // half: the largest magnitude plus one is 0x8000).
+  uint32_t nan = (y & 0x7f007f00u) + 0x01000100u;
+  return f | ((nan >> 1) & 0x40004000u);
+}
+
+/* Four codes (a 32-bit load, byte 0 first) to two f16x2 registers: *lo
+   codes 0 and 1, *hi codes 2 and 3, the lower code in the lower half. */
+FA_FP8_FN void fa_gpu_fp8x4_to_f16x2(uint32_t w, int e5m2, uint32_t *lo,
+                                     uint32_t *hi) {
+  *lo = fa_gpu_fp8_hi2_to_f16x2((w & 0xffu) << 8 | (w & 0xff00u) << 16, e5m2);
+  *hi = fa_gpu_fp8_hi2_to_f16x2((w >> 8 & 0xff00u) | (w & 0xff000000u), e5m2);
 }
 
 #endif

@@ -33,7 +33,10 @@ tokens, 16 heads, e4m3 q/k/v with scalar descales, bf16 O) against FA2 and
 cuDNN in bf16 on the decoded inputs (PyTorch has no FP8 attention to call),
 and with --matmul the FP8 matmul ceiling (torch._scaled_mm, e4m3 8192^3,
 bf16 out) in the same run, for the published cuDNN 9.19 figure (H200,
-e4m3 d128 16k: 1055 TFLOPS).
+e4m3 d128 16k: 1055 TFLOPS). --fp8-bound NAMES also times kernels bound by
+name on each shape (e.g. cuda.sm80.e4m3.d128,cuda.generic on the FP8
+inputs; a bf16 kernel such as cuda.sm80.bf16.d128 on bf16 copies of the
+decoded inputs), each with its error against FA2.
 
   python3 bench/gpu/bench_sdpa.py --lib build-cuda/libflashattn.so \
       [--quick] [--bwd] [--decode] [--dtype bf16|f16|e4m3] [--json FILE]
@@ -362,11 +365,23 @@ def fp8_suite(fa, args):
                 if st:
                     fa.check(st, "fa_plan_forward (e4m3)")
 
-            qt, kt, vt = ((t.to(torch.bfloat16) * ds.to(torch.bfloat16))
-                          .transpose(1, 2) for t in x)
+            xb = [t.to(torch.bfloat16) * ds.to(torch.bfloat16) for t in x]
+            qt, kt, vt = (t.transpose(1, 2) for t in xb)
 
             def sdpa(backend):
                 return sdpa_call(backend, qt, kt, vt, is_causal=causal)
+
+            # --fp8-bound: the same problem on kernels bound by name (a
+            # 16-bit kernel reads the decoded values in its dtype).
+            bound = []
+            for name in filter(None, args.fp8_bound.split(",")):
+                bf = ".bf16." in name
+                ins = tuple(bshd(t, FA_BF16) for t in xb) if bf else (tq, tk,
+                                                                      tv)
+                ob = torch.empty_like(o)
+                pb, _ = fa.plan(a, FA_BF16 if bf else FA_E4M3,
+                                ins + (bshd(ob, FA_BF16),), fa.bound(name))
+                bound.append((name, pb, ins, ob))
 
             flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
             iters = max(3, min(50, int(4e12 / flops)))
@@ -383,7 +398,21 @@ def fp8_suite(fa, args):
                        ours_ms=t_ours, ours_tflops=flops / t_ours / 1e9,
                        fa2_bf16_tflops=flops / t_fa2 / 1e9,
                        cudnn_bf16_tflops=flops / t_cudnn / 1e9,
-                       err_vs_fa2=err, plan=desc)
+                       err_vs_fa2=err, plan=desc, bound={})
+            for name, pb, ins, ob in bound:
+                def run(pb=pb, ins=ins, ob=ob, name=name):
+                    fa.check(fa.lib.fa_plan_forward(pb, *ins, bshd(ob, FA_BF16),
+                                                    lse.data_ptr()),
+                             "fa_plan_forward (%s)" % name)
+                ob.fill_(float("nan"))
+                run()
+                eb = rel_err(ob, ref.transpose(1, 2))
+                tb = time_calls(run, max(3, iters // 4))
+                row["bound"][name] = dict(tflops=flops / tb / 1e9, err=eb)
+                row["err_vs_fa2"] = max(row["err_vs_fa2"], eb)
+                print("  bound %-26s %6.1f TFLOPS  err %.1e" % (
+                    name, flops / tb / 1e9, eb), flush=True)
+                fa.lib.fa_plan_destroy(pb)
             rows.append(row)
             print("e4m3 d%d %-6s s=%-5d b=%-2d h=%d  ours %6.1f  FA2(bf16) "
                   "%6.1f  cuDNN(bf16) %6.1f TFLOPS  ours/1055 %.2f  err %.1e "
@@ -595,6 +624,9 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "e4m3"])
     ap.add_argument("--fp8-seqs", default="4096,8192,16384",
                     help="sequence lengths of --dtype e4m3")
+    ap.add_argument("--fp8-bound", default="",
+                    help="--dtype e4m3: kernels also timed, bound by name "
+                    "(comma-separated)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--bwd", action="store_true")

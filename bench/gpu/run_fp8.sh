@@ -7,6 +7,13 @@
 # the e4m3 forward at s = 4k, 8k, 16k beside the FP8 matmul ceiling.
 #
 #   STEPS="build sass xval bench" bench/gpu/run_fp8.sh     (the default)
+# HEAD_DIMS (default 128) is the build's FA_CUDA_HEAD_DIMS (the sm80 FP8
+# kernels exist for 64;96;128;192;256); ARCHS (default 90a) its
+# FA_CUDA_ARCHITECTURES: ARCHS=80 runs the sm80 kernels' sm_80 path (the
+# integer e4m3 decode) on an sm_90 device through the PTX JIT, without the
+# sm90 kernels (their steps then SKIP); FP8_BOUND, comma-separated kernel
+# names, adds bench_sdpa.py --fp8-bound (those kernels timed by name on the
+# same shapes, e.g. cuda.sm80.e4m3.d128,cuda.generic,cuda.sm80.bf16.d128).
 # Each step fits one device call (< 10 min); logs under OUT_DIR (default
 # $OUT, else build-fp8/run). The last lines are a short summary. The sm90
 # FP8 kernels (cuda.sm90.e4m3.d128, cuda.sm90.e5m2.d128) are in
@@ -29,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem \
 
 if has build; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFA_ENABLE_CUDA=ON \
-    -DFA_CUDA_ARCHITECTURES=90a -DFA_CUDA_HEAD_DIMS=128 \
+    "-DFA_CUDA_ARCHITECTURES=${ARCHS:-90a}" "-DFA_CUDA_HEAD_DIMS=${HEAD_DIMS:-128}" \
     -DFA_CUDA_PTXAS_VERBOSE=ON -DFA_ENABLE_SIMD=OFF -DFA_BUILD_TESTS=ON \
     -DFA_BUILD_BENCH=OFF >"$out/build.log" 2>&1 &&
     cmake --build "$build" -j "${BUILD_JOBS:-$(nproc)}" --target flashattn \
@@ -61,7 +68,9 @@ fi
 
 if has xval; then
   x="$build/tests/xval/test_xval"
-  for k in cuda.generic cuda.sm90.e4m3.d128 cuda.sm90.e5m2.d128 cuda; do
+  # The sm80 FP8 kernels compiled in (the head dims of HEAD_DIMS).
+  sm80=$("$x" --list-kernels | awk '$1 == "kernel" && $2 ~ /^cuda[.]sm80[.]e(4m3|5m2)[.]/ {print $2}')
+  for k in cuda.generic cuda.sm90.e4m3.d128 cuda.sm90.e5m2.d128 $sm80 cuda; do
     for g in fwd.fp8 fwd.fp8-decode; do
       timeout 240 "$x" --backend "$k" --group "$g" >"$out/xval-$k-$g.log" 2>&1
       note "xval $k $g: rc $? ($(grep -hoE '[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$out/xval-$k-$g.log" | tail -1))"
@@ -88,10 +97,10 @@ if has bench; then
   export PYTHONUNBUFFERED=1
   timeout "${BENCH_LIMIT:-420}" python3 bench/gpu/bench_sdpa.py \
     --lib "$build/libflashattn.so" --dtype e4m3 --matmul \
-    --fp8-seqs "${FP8_SEQS:-4096,8192,16384}" \
+    --fp8-seqs "${FP8_SEQS:-4096,8192,16384}" --fp8-bound "${FP8_BOUND:-}" \
     --json "$out/bench-fp8.json" >"$out/bench-fp8.log" 2>&1
   note "bench e4m3: rc $?"
-  grep -E "^matmul|^e4m3" "$out/bench-fp8.log"
+  grep -E "^matmul|^e4m3|^  bound" "$out/bench-fp8.log"
   sed -n '/^forward e4m3/,$p' "$out/bench-fp8.log" | head -20
 fi
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The CUDA module's tile tables, as plain C on the host: the sm80 plans
 // (sm80/sm80_tiles.c) against each row's tile and the core's planner, the
-// sm90 table's lookup, and every row's shared memory (stage alignment, an
-// A100 fits it, decode tiles run 2 CTAs per sm90 SM).
+// sm90 table's lookup, every row's shared memory (stage alignment, an
+// A100 fits it, decode tiles run 2 CTAs per sm90 SM) and its FP8 staging
+// (sm80_input.cuh: whole 16-code loads per thread, registers or shared
+// memory by FA_SM80_FP8_SMEM_STAGED, an A100 fits the raw blocks too).
 // No GPU needed; labels cuda, unit.
 #include <stdint.h>
 #include <stdio.h>
@@ -83,15 +85,54 @@ static void check_smem(const fa_cuda_tile *t, const char *kind) {
         t->smem_bytes);
 }
 
+/* FP8 inputs through tile t: Q and each K/V block split into whole 16-code
+   loads per thread (fp8_rows' static_assert, checked here for every row
+   so a new row fails on the host first); the staging choice and its smem.
+   The FP8 kernels keep each row's CTAs per SM where staging is in
+   registers; in shared memory they may lose one, never fit none. */
+static void check_fp8_staging(const fa_cuda_tile *t, const char *kind) {
+  const int threads = 32 * t->warps, c16 = t->head_dim / 16;
+  CHECK(t->head_dim % 16 == 0 && (t->block_q * c16) % threads == 0 &&
+            (t->block_k * c16) % threads == 0,
+        "%s d%d: FP8 rows are no whole 16-code loads per thread", kind,
+        t->head_dim);
+  const int staged = FA_SM80_FP8_SMEM_STAGED(t->head_dim, t->block_k, t->warps,
+                                             t->m_tiles, t->q_in_regs),
+            extra = t->fp8_smem_bytes - t->smem_bytes;
+  CHECK(extra == (staged ? 2 * t->block_k * t->head_dim : 0),
+        "%s d%d: FP8 smem %d = %d + %d, staged %d", kind, t->head_dim,
+        t->fp8_smem_bytes, t->smem_bytes, extra, staged);
+  CHECK(t->fp8_smem_bytes <= 163 * 1024,
+        "%s d%d: %d bytes of FP8 smem exceed an A100's 163 KB", kind,
+        t->head_dim, t->fp8_smem_bytes);
+  CHECK(staged ||
+            FA_SM80_FP8_STAGE_REGS(t->head_dim, t->block_k, t->warps) <= 16,
+        "%s d%d: %d staging registers", kind, t->head_dim,
+        FA_SM80_FP8_STAGE_REGS(t->head_dim, t->block_k, t->warps));
+  printf("%s d%-3d FP8: codes staged in %s (%d registers + %d of "
+         "accumulators), %6d bytes smem: %d CTAs per sm80 SM, %d per sm90\n",
+         kind, t->head_dim, staged ? "smem" : "registers",
+         staged ? 0 : FA_SM80_FP8_STAGE_REGS(t->head_dim, t->block_k, t->warps),
+         FA_SM80_ACC_REGS(t->head_dim, t->block_k, t->m_tiles, t->q_in_regs),
+         t->fp8_smem_bytes, 164 * 1024 / (t->fp8_smem_bytes + 1024),
+         228 * 1024 / (t->fp8_smem_bytes + 1024));
+}
+
 /* Every row's smem; decode tiles: the planner's splits fill whole waves of
    num_workers = 2 CTAs per SM (cuda_backend.c), so at least 2 must fit on
    an sm90 SM (228 KB); fewer would run each wave in two. */
 static void check_tile_smem(void) {
-  for (int i = 0; i < fa_cuda_num_tiles; i++)
+  for (int i = 0; i < fa_cuda_num_tiles; i++) {
     check_smem(&fa_cuda_tiles[i], "tile");
+    check_fp8_staging(&fa_cuda_tiles[i], "tile");
+  }
   for (int i = 0; i < fa_cuda_num_decode_tiles; i++) {
     const fa_cuda_tile *t = &fa_cuda_decode_tiles[i];
     check_smem(t, "decode tile");
+    check_fp8_staging(t, "decode tile");
+    CHECK(t->fp8_smem_bytes == t->smem_bytes,
+          "decode tile d%d: FP8 codes staged in smem (%d bytes)", t->head_dim,
+          t->fp8_smem_bytes);
     CHECK(t->block_q == 16 * t->m_tiles * t->warps,
           "decode tile d%d: block_q != 16 * m_tiles * warps", t->head_dim);
     CHECK(ctas_per_sm(t, 228 * 1024) >= 2,

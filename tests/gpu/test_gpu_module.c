@@ -65,6 +65,36 @@ static void check_unusable(void) {
   if (s == FA_OK) fa_context_destroy(ctx);
 }
 
+#ifndef FA_TEST_HIP
+/* FP8 on a device: the sm80 FP8 kernels take what the sm90 one declines
+   (other head dims; a softcap), cuda.generic only what neither takes. */
+static void check_fp8_dispatch(fa_attention *a) {
+  static const struct {
+    int d;
+    float cap;
+    const char *taken, *or_taken;
+  } want[] = {
+      {64, 0.0f, "cuda cuda.sm80.e4m3.d64: taken", NULL},
+      {128, 0.0f, "cuda cuda.sm90.e4m3.d128: taken",
+       "cuda cuda.sm80.e4m3.d128: taken"},
+      {128, 4.0f, "cuda cuda.sm80.e4m3.d128: taken", NULL},
+      {80, 0.0f, "cuda cuda.generic: taken", NULL},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    problem(a, want[i].d);
+    a->softcap = want[i].cap;
+    char *text = explain(a, FA_E4M3);
+    if (!text) return;
+    CHECK(strstr(text, want[i].taken) != NULL ||
+              (want[i].or_taken && strstr(text, want[i].or_taken) != NULL),
+          "e4m3 d%d softcap %g: want \"%s\":\n%s", want[i].d,
+          (double)want[i].cap, want[i].taken, text);
+    free(text);
+  }
+  a->softcap = 0.0f;
+}
+#endif
+
 /* With a device: the kernels dispatch takes and skips, with reasons.
    text: fa_explain of bf16 d128 (freed here). */
 static void check_usable(fa_attention *a, char *text) {
@@ -77,6 +107,7 @@ static void check_usable(fa_attention *a, char *text) {
             strstr(text, "cuda cuda.sm80.bf16.d128: taken") != NULL,
         "bf16 d128 takes neither cuda.sm90.bf16.d128 nor "
         "cuda.sm80.bf16.d128");
+  check_fp8_dispatch(a);
 #endif
   free(text);
   problem(a, 80);

@@ -650,6 +650,12 @@ int fa_naive_forward_p8(const fa_attention *a, fa_tensor q, fa_tensor k,
   return naive_forward(a, q, k, v, FA_E4M3, t, o, lse);
 }
 
+int fa_naive_forward_pt(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype tp, fa_dtype t, float *o,
+                        float *lse) {
+  return naive_forward(a, q, k, v, tp, t, o, lse);
+}
+
 static int naive_forward(const fa_attention *a, fa_tensor q, fa_tensor k,
                          fa_tensor v, fa_dtype tp, fa_dtype t, float *o,
                          float *lse) {

@@ -105,6 +105,12 @@ int fa_naive_forward_to(const fa_attention *a, fa_tensor q, fa_tensor k,
    yardstick of a kernel whose P V product takes FP8 operands. */
 int fa_naive_forward_p8(const fa_attention *a, fa_tensor q, fa_tensor k,
                         fa_tensor v, fa_dtype t, float *o, float *lse);
+/* The same with P rounded to tp, the dtype of a kernel's P V operands
+   (f16 for the kernels that decode FP8 inputs to f16 tiles:
+   cuda.sm80.e4m3.*, cuda.sm80.e5m2.*), and O to t. */
+int fa_naive_forward_pt(const fa_attention *a, fa_tensor q, fa_tensor k,
+                        fa_tensor v, fa_dtype tp, fa_dtype t, float *o,
+                        float *lse);
 
 /* Naive same-precision backward, on top of the naive forward above (O is
    the naive forward's output, already rounded to t, which is d_o's dtype,

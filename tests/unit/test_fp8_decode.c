@@ -92,6 +92,27 @@ static void check_decode(const fmt *f) {
                 same(pw, fa_bf16_to_f32((uint16_t)bh)),
             "%s partner 0x%02x of 0x%02x: gpu x2 forms", f->name, partner, c);
     }
+    // Four codes per word, branch-free (e4m3 times 2^-8): the code in
+    // each of the four bytes, beside every partner code.
+    for (unsigned partner = 0; partner < 256; partner++) {
+      const double pw = ref_value(f, partner),
+                   unit = e5 ? 1.0 : 1.0 / FA_GPU_E4M3X4_UNIT;
+      for (int at = 0; at < 4; at++) {
+        uint32_t w = 0;
+        for (int byte = 0; byte < 4; byte++)
+          w |= (uint32_t)(byte == at ? c : partner) << (8 * byte);
+        uint32_t h2[2];
+        fa_gpu_fp8x4_to_f16x2(w, e5, &h2[0], &h2[1]);
+        int ok = 1;
+        for (int byte = 0; byte < 4; byte++) {
+          const uint16_t bits = (uint16_t)(h2[byte / 2] >> (16 * (byte % 2)));
+          const double v = (double)fa_f16_to_f32(bits) * unit;
+          ok &= same(byte == at ? want : pw, (float)v);
+        }
+        CHECK(ok, "%s code 0x%02x in byte %d beside 0x%02x: gpu x4 form",
+              f->name, c, at, partner);
+      }
+    }
     // One byte per element through the generic loaders.
     CHECK(fa_dtype_size(f->t) == 1, "%s: size %zu", f->name,
           fa_dtype_size(f->t));

@@ -46,6 +46,17 @@ void xv_fwd_fp8(xv_list *l) {
     c.sk = 389; c.hq = 4; c.causal = BR; c.descale = 2);
   F(c.dt = FA_E5M2; c.d = c.dv = 128; c.b = 3; c.varlen = 1; c.seqused = 1;
     c.hq = 4; c.hkv = 4; c.descale = 1);
+  // The other head dims of the sm80 FP8 tiles (96: padded rows, 192 and
+  // 256: 16-row warps), partial tiles, each output dtype; split-KV and a
+  // softcap on the way.
+  F(c.d = c.dv = 96; c.out = OUT(FA_F16); c.sq = 70; c.sk = 150; c.hq = 4;
+    c.causal = BR; c.descale = 2);
+  F(c.dt = FA_E5M2; c.d = c.dv = 192; c.sq = 80; c.sk = 130; c.descale = 1;
+    c.cap = 4.0f);
+  F(c.d = c.dv = 256; c.out = OUT(FA_BF16); c.sq = 70; c.sk = 100; c.hq = 4;
+    c.hkv = 1; c.descale = 2);
+  F(c.dt = FA_E5M2; c.d = c.dv = 256; c.b = 1; c.sq = 20; c.sk = 700;
+    c.descale = 2; c.sinks = 1);
 #undef F
 }
 

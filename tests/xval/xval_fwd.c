@@ -19,6 +19,16 @@ static int p8_kernel(xs *s) {
   return xv_fwd_kernel_is(s, p8, 2);
 }
 
+/* 1 if that kernel decodes FP8 inputs to f16 tiles and so rounds P to f16
+   for its P V product (cuda.sm80.e4m3.*, cuda.sm80.e5m2.*: their mma.sync
+   takes f16 operands): the naive yardstick then rounds P to f16, and the
+   bound is the less precise of f16 and the output dtype. */
+static int p16_kernel(xs *s) {
+  static const char *const p16[] = {"kernel=cuda.sm80.e4m3.",
+                                    "kernel=cuda.sm80.e5m2."};
+  return xv_fwd_kernel_is(s, p16, 2);
+}
+
 /* Chunk boundaries of n uneven chunks of len rows (cut[0] = 0, cut[n] =
    len, every chunk non-empty when len >= n). */
 static void shard_cuts(int len, int n, int *cut) {
@@ -148,8 +158,10 @@ int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   // naive rule (with bt, the less precise of the two) otherwise.
   // A kernel with FP8 P: P rounded to e4m3 in the yardstick, whose error
   // (~2^-5 relative per P) is then judged as bf16's, 16 u = 6e-2.
-  const int p8 = p8_kernel(s);
-  const fa_dtype dto = s->dto, bt = p8 ? FA_BF16 : xv_bound_dtype(c->dt, dto);
+  const int p8 = p8_kernel(s), p16 = !p8 && p16_kernel(s);
+  const fa_dtype dto = s->dto, bt = p8    ? FA_BF16
+                                    : p16 ? xv_bound_dtype(FA_F16, dto)
+                                          : xv_bound_dtype(c->dt, dto);
   double nerr = 0.0, nmerr = 0.0, nlerr = 0.0;
   const int elementwise = c->expect != XV_EXPECT_RULE;
   if (p8 && !elementwise) {
@@ -158,7 +170,10 @@ int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     nmerr = ts_max_err_f(oref, onv, no);
     nlerr = ts_lse_err_f(lref, lnv, nl);
   } else if (bt != FA_F32 && !elementwise) {
-    fa_naive_forward_to(a, s->q.t, s->k.t, s->v.t, dto, onv, lnv);
+    if (p16)
+      fa_naive_forward_pt(a, s->q.t, s->k.t, s->v.t, FA_F16, dto, onv, lnv);
+    else
+      fa_naive_forward_to(a, s->q.t, s->k.t, s->v.t, dto, onv, lnv);
     nerr = ts_rel_err_f(oref, onv, no);
     nmerr = ts_max_err_f(oref, onv, no);
     nlerr = ts_lse_err_f(lref, lnv, nl);

@@ -6,6 +6,13 @@
 // on sm80 and later (sm90 too: the Hopper path with wgmma would be a
 // separate file).
 //
+// FP8 inputs (e4m3, e5m2: sm80_input.cuh) run the same mainloop on f16
+// tiles: their rows are decoded on the way to shared memory, through
+// registers instead of cp.async, and the descales ride on the scale
+// (scale * dq * dk, the one factor of the scores) and on the output factor
+// (dv, with 1/l), as in the sm90 FP8 forward; O is stored in the problem's
+// output dtype (f32, f16 or bf16).
+//
 // One CTA per plan work item (batch, head, q block, kv split); warp w owns
 // rows [w * 16 * MT, (w + 1) * 16 * MT) of the q block. Every feature of
 // the problem is handled here at run time, by uniform branches: masks
@@ -30,8 +37,12 @@
 
 #include "common/ptx.cuh"
 #include "cuda_internal.h"
+#include "flashattn.h"
 #include "gpu_params.h"
+#include "input_decode.h"
 #include "seq_rows.h"
+#include "sm80_input.cuh"
+#include "sm80_tiles.h"
 #include "softmax.h"
 
 namespace fa_sm80 {
@@ -56,20 +67,6 @@ template <int D, int V> struct tile;
 
 /* ---- PTX wrappers ---------------------------------------------------------
  */
-
-/* 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src,
-                                           int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
-               "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -207,32 +204,62 @@ __device__ __forceinline__ float rescale_factor(float e) {
 /* ---- the kernel ------------------------------------------------------------
  */
 
-template <typename T, int D, int V, bool SPECIAL>
+/* Two adjacent elements of O at element offset `at` of o, in o's dtype
+   (f32, f16 or bf16: FP8 kernels write the problem's output dtype). */
+__device__ __forceinline__ void store_o2(void *o, int dtype, int64_t at,
+                                         float lo, float hi) {
+  if (dtype == FA_F32)
+    *reinterpret_cast<float2 *>((float *)o + at) = make_float2(lo, hi);
+  else if (dtype == FA_F16)
+    *reinterpret_cast<uint32_t *>((__half *)o + at) = pack2<__half>(lo, hi);
+  else
+    *reinterpret_cast<uint32_t *>((__nv_bfloat16 *)o + at) =
+        pack2<__nv_bfloat16>(lo, hi);
+}
+
+/* IN: the input element (sm80_input.cuh): a 16-bit type, or an FP8 tag
+   whose rows are decoded to f16 tiles (T, the mma type). */
+template <typename IN, int D, int V, bool SPECIAL>
 __global__ void __launch_bounds__(tile<D, V>::NW * 32)
     fwd_kernel(const __grid_constant__ fa_gpu_params p) {
   typedef tile<D, V> TL;
+  typedef input<IN> INP;
+  typedef typename INP::mma_t T;
+  constexpr bool FP8 = INP::kFP8;
   constexpr int BQ = TL::BQ, BK = TL::BK, NW = TL::NW;
   constexpr int MT = TL::MT, PITCH = TL::PITCH, NST = TL::NST;
   constexpr bool QREG = TL::QREG != 0;
   constexpr int NT = NW * 32, CH = D / 8; // threads, 16-byte chunks per row
   constexpr int NS = BK / 8, ND = D / 8;  // n-tiles of S and of O
   static_assert(BQ == 16 * MT * NW, "block_q = 16 * m_tiles * warps");
-  // Tiles whose accumulators (O, S, and Q when kept) take more than 160 of
-  // the 255 registers recompute addresses at each use (opaque()) instead
-  // of letting the compiler keep them live across the main loop: that
-  // costs instructions but avoids spills. Smaller tiles keep them.
-  constexpr bool F = MT * (D / 2 + BK / 2) + (QREG ? MT * D / 4 : 0) > 160;
+  // FP8: the codes of one K (or V) block staged in registers, or in
+  // shared memory where the registers are full (sm80_input.cuh,
+  // sm80_tiles.h).
+  constexpr bool SMEM_STAGED =
+      FP8 && FA_SM80_FP8_SMEM_STAGED(D, BK, NW, MT, TL::QREG);
+  typedef fp8_rows<IN, BK, D, NT, SMEM_STAGED> kv_rows;
+  constexpr int STAGE_REGS =
+      FP8 && !SMEM_STAGED ? FA_SM80_FP8_STAGE_REGS(D, BK, NW) : 0;
+  // Tiles whose accumulators (O, S, and Q when kept; FP8: the staged
+  // codes) take more than 160 of the 255 registers recompute addresses at
+  // each use (opaque()) instead of letting the compiler keep them live
+  // across the main loop: that costs instructions but avoids spills.
+  // Smaller tiles keep them.
+  constexpr bool F =
+      MT * (D / 2 + BK / 2) + (QREG ? MT * D / 4 : 0) + STAGE_REGS > 160;
   static_assert((BQ * CH) % NT == 0 && (BK * CH) % NT == 0, "tile copy");
   static_assert(D % 16 == 0 && BK % 16 == 0, "mma granularity");
   static_assert(NST >= 2, "a stage to compute on and one loading");
   typedef layout<D, PITCH> L;
 
-  // [Q: BQ][K: NST stages][V: NST stages] rows of PITCH elements.
+  // [Q: BQ][K: NST stages][V: NST stages] rows of PITCH elements (then,
+  // FP8 staged in smem, a raw K and a raw V block of BK x D codes).
   // 1024-byte alignment of every stage base keeps the swizzle bits of every
   // address in the lane part.
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr uint32_t kOffK = BQ * PITCH * 2,
-                     kOffV = (BQ + NST * BK) * PITCH * 2;
+                     kOffV = (BQ + NST * BK) * PITCH * 2,
+                     kOffRaw = (BQ + 2 * NST * BK) * PITCH * 2;
   constexpr uint32_t kStage = BK * PITCH * 2; // bytes of one K (or V) stage
   static_assert(kOffK % 1024 == 0 && kStage % 1024 == 0,
                 "stage bases 1024-byte aligned");
@@ -259,19 +286,30 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
 
   // ---- global -> shared copies (rows past the sequence become zeros, so
   // P = 0 never meets a NaN of V) ----
-  const T *gq = (const T *)p.q.data;
+  if constexpr (FP8) {
+    // Q once, straight through registers.
+    fp8_rows<IN, BQ, D, NT> qst;
+    qst.fetch((const uint8_t *)p.q.data, tid, [&](int r) -> int64_t {
+      return r < lanes ? fa_seq_q_offset(&p.prob, &p.q, b, row0 + r / pack,
+                                         h0 + r % pack)
+                       : -1;
+    });
+    qst.template store<L>(sbase, tid);
+  } else {
+    const T *gq = (const T *)p.q.data;
 #pragma unroll
-  for (int it = 0; it < BQ * CH / NT; it++) {
-    const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
-    const bool ok = r < lanes;
-    const T *src = ok ? gq +
-                            fa_seq_q_offset(&p.prob, &p.q, b, row0 + r / pack,
-                                            h0 + r % pack) +
-                            c * 8
-                      : gq;
-    cp_async16(sbase + L::offset(r, c) * 2, src, ok ? 16 : 0);
+    for (int it = 0; it < BQ * CH / NT; it++) {
+      const int idx = tid + it * NT, r = idx / CH, c = idx % CH;
+      const bool ok = r < lanes;
+      const T *src = ok ? gq +
+                              fa_seq_q_offset(&p.prob, &p.q, b, row0 + r / pack,
+                                              h0 + r % pack) +
+                              c * 8
+                        : gq;
+      cp_async16(sbase + L::offset(r, c) * 2, src, ok ? 16 : 0);
+    }
+    cp_async_commit();
   }
-  cp_async_commit();
   // Rows of dense / varlen K and V: base + j * stride_seq (the page table
   // otherwise). Bases and strides are recomputed at each use (opaque()), so
   // that the 2 x BK*CH/NT row addresses are not kept in registers across
@@ -305,12 +343,77 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
       cp_async16(dv + so, gv + vo + c * 8, ok ? 16 : 0);
     }
   };
+  // FP8: row r of block kb of K (or V): its element offset, or -1 for a
+  // row of zeros (past the sequence; a block-table entry outside the
+  // pool). Recomputed at each fetch, as load_kv's (nothing is kept live
+  // across the main loop).
+  auto kv_row = [&](const fa_tensor_view &t, int kb, int r) -> int64_t {
+    const int j = kb * BK + r;
+    if (j >= sk) return -1;
+    if (p.prob.paged) return fa_seq_k_offset(&p.prob, &t, b, j, hk);
+    return opaque<F>(fa_seq_k_offset(&p.prob, &t, b, 0, hk)) +
+           (int64_t)j * opaque<F>(t.ss);
+  };
+  kv_rows kst, vst; // FP8: the codes of the block being staged
+  if constexpr (SMEM_STAGED) {
+    kst.raw = sbase + kOffRaw;
+    vst.raw = sbase + kOffRaw + BK * D;
+  }
+  auto fetch_k = [&](int kb) {
+    if constexpr (FP8)
+      kst.fetch((const uint8_t *)p.k.data, tid,
+                [&](int r) { return kv_row(p.k, kb, r); });
+  };
+  auto fetch_v = [&](int kb) {
+    if constexpr (FP8)
+      vst.fetch((const uint8_t *)p.v.data, tid,
+                [&](int r) { return kv_row(p.v, kb, r); });
+  };
+  auto store_k = [&](int stage) {
+    if constexpr (FP8)
+      kst.template store<L>(sbase + kOffK + stage * kStage, tid);
+  };
+  auto store_v = [&](int stage) {
+    if constexpr (FP8)
+      vst.template store<L>(sbase + kOffV + stage * kStage, tid);
+  };
+  // FP8's schedule of block kb into stage st, in three steps (the loop
+  // below places them): top issues the loads (smem staged: K and V, one
+  // commit group each); mid stores K (registers: then loads V); end
+  // stores V. Only the FP8 path issues cp.async groups while it runs,
+  // so the counts are its own.
+  auto fp8_top = [&](int kb) {
+    fetch_k(kb);
+    if constexpr (SMEM_STAGED) {
+      cp_async_commit();
+      fetch_v(kb);
+      cp_async_commit();
+    }
+  };
+  auto fp8_mid = [&](int kb, int st) {
+    if constexpr (SMEM_STAGED) cp_async_wait<1>();
+    store_k(st);
+    if constexpr (!SMEM_STAGED) fetch_v(kb);
+  };
+  auto fp8_end = [&](int st) {
+    if constexpr (SMEM_STAGED) cp_async_wait<0>();
+    store_v(st);
+  };
   // Prologue: blocks s0 .. s0 + NST - 2 into stages 0 .. NST - 2, one
   // commit group each, empty past s1: the loop counts groups, not blocks.
+  // (FP8: stored before the loop's first barrier, which publishes them.)
 #pragma unroll
   for (int i = 0; i < NST - 1; i++) {
-    if (s0 + i < s1) load_kv(s0 + i, i);
-    cp_async_commit();
+    if constexpr (FP8) {
+      if (s0 + i < s1) {
+        fp8_top(s0 + i);
+        fp8_mid(s0 + i, i);
+        fp8_end(i);
+      }
+    } else {
+      if (s0 + i < s1) load_kv(s0 + i, i);
+      cp_async_commit();
+    }
   }
 
   // ---- per-row state: O accumulators, running max (units) and sum ----
@@ -329,7 +432,22 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // SPECIAL: softcap, ALiBi or a negative scale transform every score
   // (a separate instantiation, so the plain kernel carries none of it).
   constexpr bool special = SPECIAL;
-  const float mul = special ? 1.0f : p.prob.scale * kLog2e;
+  // The scores' factor: scale, and for FP8 inputs scale * dq * dk (the
+  // descales of this work item's kv head) times the decode's unit^2;
+  // o_mul: what O takes besides 1/l (FP8: dv / unit). (16-bit inputs read
+  // the scale where they use it, as the parameter it is.)
+  float fp8_scale = 0.0f, o_mul = 1.0f;
+  if constexpr (FP8) {
+    const float u = INP::unit();
+    fp8_scale = p.prob.scale * fa_gpu_descale(p.descale_q, p, b, hk) *
+                fa_gpu_descale(p.descale_k, p, b, hk) * (u * u);
+    o_mul = fa_gpu_descale(p.descale_v, p, b, hk) / u;
+  }
+  auto qk_scale = [&]() -> float {
+    if constexpr (FP8) return fp8_scale;
+    return p.prob.scale;
+  };
+  const float mul = special ? 1.0f : qk_scale() * kLog2e;
   const int wrow0 = warp * 16 * MT; // first row of this warp in the block
   // Blocks that need no mask: every row sees all their keys. The window
   // edges move one key per row, so the block's first and last rows decide:
@@ -346,7 +464,7 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // Q's group is the oldest of the NST committed so far: waiting until at
   // most NST - 1 are pending completes it (and leaves the K/V blocks
   // loading); the barrier makes every thread's Q rows visible to all.
-  cp_async_wait<NST - 1>();
+  if constexpr (!FP8) cp_async_wait<NST - 1>();
   __syncthreads();
 
   // Q fragments: kept for the whole CTA (QREG) or re-read per block.
@@ -390,18 +508,35 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
   // (Stages are computed from kb, unsigned since kb >= s0: a stage counter
   // carried across iterations cost the 2-stage tiles spills at 255
   // registers.)
+  // FP8: the same stages, filled by this iteration's own threads: block
+  // kb + NST - 1's codes are loaded at the top of iteration kb (its stage
+  // was freed by the barrier), its K decoded and stored after S, its V at
+  // the end (fp8_top, fp8_mid, fp8_end); the next barrier publishes both.
   for (int kb = s0; kb < s1; kb++) {
     const int stage = (int)((unsigned)(kb - s0) % NST);
-    cp_async_wait<NST - 2>();
+    const int ahead = kb + NST - 1; // the block issued in this iteration
+    const int ahead_stage = (int)((unsigned)(ahead - s0) % NST);
+    if constexpr (!FP8) cp_async_wait<NST - 2>();
     __syncthreads();
-    if (kb + NST - 1 < s1)
-      load_kv(kb + NST - 1, (int)((unsigned)(kb + NST - 1 - s0) % NST));
-    cp_async_commit();
+    if constexpr (FP8) {
+      if (ahead < s1) fp8_top(ahead);
+    } else {
+      if (ahead < s1) load_kv(ahead, ahead_stage);
+      cp_async_commit();
+    }
     const uint32_t so = stage * kStage;
     // A warp whose rows are all padding (decode: the 4 lanes of a GQA
     // group fill part of warp 0) only helps copy: the math would be thrown
     // away, and it would take issue slots from the warps that matter.
-    if (wrow0 >= lanes) continue;
+    if (wrow0 >= lanes) {
+      if constexpr (FP8) {
+        if (ahead < s1) {
+          fp8_mid(ahead, ahead_stage);
+          fp8_end(ahead_stage);
+        }
+      }
+      continue;
+    }
 
     // ---- S = Q K^T ----
     float s[MT][NS][4];
@@ -434,6 +569,9 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         }
       }
     }
+    if constexpr (FP8) {
+      if (ahead < s1) fp8_mid(ahead, ahead_stage);
+    }
 
     // ---- score transform, then mask: two separate uniform branches, so
     // the plain masked path carries none of the transform's code ----
@@ -451,9 +589,8 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
             for (int e = 0; e < 2; e++) {
               const int j = col0 + n * 8 + 2 * t4 + e;
               s[mi][n][2 * hr + e] =
-                  fa_flat_transform(&p.prob,
-                                    p.prob.scale * s[mi][n][2 * hr + e], h, i,
-                                    j, shift) *
+                  fa_flat_transform(&p.prob, qk_scale() * s[mi][n][2 * hr + e],
+                                    h, i, j, shift) *
                   kLog2e;
             }
         }
@@ -530,12 +667,16 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         }
       }
     }
+    if constexpr (FP8) {
+      if (ahead < s1) fp8_end(ahead_stage);
+    }
   }
   // Every issued block was waited for in its own iteration; the groups
   // still pending are empty, and the epilogue reads no shared memory.
 
   // ---- epilogue: finalise (sink, 1/l, LSE) or write the split partial ----
   T *go = (T *)p.o.data;
+  (void)go; // (FP8: store_o2 in the output dtype)
 #pragma unroll
   for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -554,11 +695,20 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
         float lse;
         const float f =
             fa_softmax_finalize_sinks(m_nat, l, p.prob.sinks, h, &lse);
-        T *dst = go + fa_seq_q_offset(&p.prob, &p.o, b, i, h) + 2 * t4;
+        const int64_t at = fa_seq_q_offset(&p.prob, &p.o, b, i, h) + 2 * t4;
+        if constexpr (FP8) {
+          const float fo = f * o_mul;
 #pragma unroll
-        for (int n = 0; n < ND; n++)
-          *reinterpret_cast<uint32_t *>(dst + n * 8) =
-              pack2<T>(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
+          for (int n = 0; n < ND; n++)
+            store_o2(p.o.data, p.prob.dtype_out, at + n * 8,
+                     o[mi][n][2 * hr] * fo, o[mi][n][2 * hr + 1] * fo);
+        } else {
+          T *dst = go + at;
+#pragma unroll
+          for (int n = 0; n < ND; n++)
+            *reinterpret_cast<uint32_t *>(dst + n * 8) =
+                pack2<T>(o[mi][n][2 * hr] * f, o[mi][n][2 * hr + 1] * f);
+        }
         if (p.lse && t4 == 0) p.lse[fa_flat_row_index(&p.prob, b, h, i)] = lse;
       } else {
         const int64_t at = w * BQ + r;
@@ -566,46 +716,52 @@ __global__ void __launch_bounds__(tile<D, V>::NW * 32)
           p.part_ml[at * 2] = m_nat;
           p.part_ml[at * 2 + 1] = l;
         }
+        // (The combine is linear in O: dv goes into each partial.)
         float *dst = p.part_o + at * D + 2 * t4;
 #pragma unroll
         for (int n = 0; n < ND; n++)
-          *reinterpret_cast<float2 *>(dst + n * 8) =
-              make_float2(o[mi][n][2 * hr], o[mi][n][2 * hr + 1]);
+          *reinterpret_cast<float2 *>(dst + n * 8) = make_float2(
+              o[mi][n][2 * hr] * o_mul, o[mi][n][2 * hr + 1] * o_mul);
       }
     }
 }
 
-template <typename T, int D, int V, bool SPECIAL>
+template <typename IN, int D, int V, bool SPECIAL>
 int launch_one(const fa_gpu_params *p, void *stream) {
   typedef tile<D, V> TL;
-  constexpr int smem = (TL::BQ + 2 * TL::NST * TL::BK) * TL::PITCH * 2;
+  constexpr int smem =
+      (TL::BQ + 2 * TL::NST * TL::BK) * TL::PITCH * 2 +
+      (input<IN>::kFP8
+           ? FA_SM80_FP8_STAGE_BYTES(D, TL::BK, TL::NW, TL::MT, TL::QREG)
+           : 0);
   cudaError_t e =
-      cudaFuncSetAttribute(fwd_kernel<T, D, V, SPECIAL>,
+      cudaFuncSetAttribute(fwd_kernel<IN, D, V, SPECIAL>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
-  fwd_kernel<T, D, V, SPECIAL>
+  fwd_kernel<IN, D, V, SPECIAL>
       <<<(unsigned)p->plan.num_work, TL::NW * 32, smem, (cudaStream_t)stream>>>(
           *p);
   return (int)cudaGetLastError();
 }
 
-template <typename T, int D, int V>
+template <typename IN, int D, int V>
 int launch(const fa_gpu_params *p, void *stream) {
   if (p->plan.num_work <= 0) return 0;
   const bool special =
       p->prob.softcap > 0.0f || p->prob.alibi_slopes || !(p->prob.scale > 0.0f);
-  return special ? launch_one<T, D, V, true>(p, stream)
-                 : launch_one<T, D, V, false>(p, stream);
+  return special ? launch_one<IN, D, V, true>(p, stream)
+                 : launch_one<IN, D, V, false>(p, stream);
 }
 
 } // namespace fa_sm80
 
 /* One instantiation: extern "C" launcher fa_sm80_fwd_<dtype>_d<dim>_v<V>
-   (V 0: the main tile; 1: the decode tile). */
-#define FA_SM80_FWD_INSTANCE(T, tname, D, V)                                   \
+   (V 0: the main tile; 1: the decode tile) of input element IN (a 16-bit
+   type, fa_sm80::fp8_e4m3 or fa_sm80::fp8_e5m2). */
+#define FA_SM80_FWD_INSTANCE(IN, tname, D, V)                                  \
   extern "C" int fa_sm80_fwd_##tname##_d##D##_v##V(const fa_gpu_params *p,     \
                                                    void *stream) {             \
-    return fa_sm80::launch<T, D, V>(p, stream);                                \
+    return fa_sm80::launch<IN, D, V>(p, stream);                               \
   }
 
 #endif

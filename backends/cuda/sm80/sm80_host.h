@@ -10,6 +10,11 @@
 //   cuda.sm80.<bf16|f16>.d<64|128>.decode  the same kernel with the decode
 //       tile (32 lanes): score 25 when the whole q block of a (sequence,
 //       kv head) fits its lanes, else 1. Forward only.
+//   cuda.sm80.<e4m3|e5m2>.d<64|96|128|192|256>[.decode]  the same kernels
+//       over FP8 inputs (sm80_input.cuh: rows decoded to f16 tiles), with
+//       descales and any output dtype; forward only. Scores as above: over
+//       cuda.generic, under cuda.sm90.<e4m3|e5m2>.d128 (30) where that
+//       one takes the problem.
 #ifndef FA_CUDA_SM80_HOST_H
 #define FA_CUDA_SM80_HOST_H
 
@@ -61,7 +66,9 @@ static fa_sm80_bwd_fn sm80_bwd_find(fa_dtype dtype, int dim) {
 static int sm80_supports(const kdesc *k, const fa_kernel_query *q, char *why,
                          size_t len) {
   const int bwd = is_backward(q);
-  if (!tc_shape_ok(k, q, why, len)) return 0;
+  const int fp8 = k->dtype == FA_E4M3 || k->dtype == FA_E5M2;
+  if (!(fp8 ? tc_fp8_shape_ok(k, q, why, len) : tc_shape_ok(k, q, why, len)))
+    return 0;
   int built = bwd ? sm80_bwd_find(k->dtype, k->dim) != NULL
                   : sm80_find(k->dtype, k->dim, k->variant) != NULL;
   if (!built) {
@@ -151,17 +158,24 @@ static fa_status bwd_sm80(void *state, const fa_problem *p,
  */
 
 // d64/d128 have tensor-core backwards; the other dims' backward is
-// cuda.generic's.
+// cuda.generic's. FP8 rows are forward only (the CPU runs their backward).
 // clang-format off
 #define FA_SM80_ROWS(ROW)                                                      \
   ROW(bf16, 128, bwd_sm80) ROW(f16, 128, bwd_sm80)                             \
   ROW(bf16, 64, bwd_sm80)  ROW(f16, 64, bwd_sm80)                              \
   ROW(bf16, 256, NULL)     ROW(f16, 256, NULL)                                 \
   ROW(bf16, 192, NULL)     ROW(f16, 192, NULL)                                 \
-  ROW(bf16, 96, NULL)      ROW(f16, 96, NULL)
+  ROW(bf16, 96, NULL)      ROW(f16, 96, NULL)                                  \
+  ROW(e4m3, 128, NULL)     ROW(e5m2, 128, NULL)                                \
+  ROW(e4m3, 64, NULL)      ROW(e5m2, 64, NULL)                                 \
+  ROW(e4m3, 256, NULL)     ROW(e5m2, 256, NULL)                                \
+  ROW(e4m3, 192, NULL)     ROW(e5m2, 192, NULL)                                \
+  ROW(e4m3, 96, NULL)      ROW(e5m2, 96, NULL)
 #define FA_SM80_DECODE_ROWS(ROW)                                               \
   ROW(bf16, 128, NULL) ROW(f16, 128, NULL)                                     \
-  ROW(bf16, 64, NULL)  ROW(f16, 64, NULL)
+  ROW(bf16, 64, NULL)  ROW(f16, 64, NULL)                                      \
+  ROW(e4m3, 128, NULL) ROW(e5m2, 128, NULL)                                    \
+  ROW(e4m3, 64, NULL)  ROW(e5m2, 64, NULL)
 
 #define FA_SM80_FNS(t, d, bwd)                                                 \
   KERNEL_FNS(sm80_##t##_d##d, sm80, 0, t, d, "cuda.sm80." #t ".d" #d)

@@ -15,7 +15,8 @@
 
 #include "sm80_tiles.h"
 
-// smem: Q, then `st` stages of K and `st` of V (sm80_fwd.cuh's layout).
+// smem: Q, then `st` stages of K and `st` of V (sm80_fwd.cuh's layout);
+// FP8 inputs: and the raw blocks where the codes are staged in smem.
 #define FA_TILE(d, bq, bk, w, mt, qr, pitch, st)                               \
   {d,                                                                          \
    bq,                                                                         \
@@ -25,6 +26,8 @@
    qr,                                                                         \
    st,                                                                         \
    ((bq) + 2 * (st) * (bk)) * (pitch)*2,                                       \
+   ((bq) + 2 * (st) * (bk)) * (pitch)*2 +                                      \
+       FA_SM80_FP8_STAGE_BYTES(d, bk, w, mt, qr),                              \
    "cuda.sm80.bf16.d" #d,                                                      \
    "cuda.sm80.f16.d" #d},
 
@@ -47,6 +50,8 @@ const int fa_cuda_num_tiles =
    qr,                                                                         \
    st,                                                                         \
    ((bq) + 2 * (st) * (bk)) * (pitch)*2,                                       \
+   ((bq) + 2 * (st) * (bk)) * (pitch)*2 +                                      \
+       FA_SM80_FP8_STAGE_BYTES(d, bk, w, mt, qr),                              \
    "cuda.sm80.bf16.d" #d ".decode",                                            \
    "cuda.sm80.f16.d" #d ".decode"},
 const fa_cuda_tile fa_cuda_decode_tiles[] = {

@@ -6,16 +6,13 @@
 //   cuda.sm90.<e4m3|e5m2>.d128  sm_90a FP8 forward (sm90_fp8_fwd.cuh:
 //       wgmma, V^T by a pre-pass into the plan's workspace, P in e4m3),
 //       descales and any output dtype; no softcap/ALiBi, not paged,
-//       forward only. Score 30 (the only FP8 tensor-core kernel: over
+//       forward only. Score 30 (over cuda.sm80.<e4m3|e5m2>.d128's 20 and
 //       cuda.generic).
 #ifndef FA_CUDA_SM90_FP8_HOST_H
 #define FA_CUDA_SM90_FP8_HOST_H
 
 #include "cuda_instances.h"
 #include "sm90_fp8.h" // the tile, the V^T workspace, the launchers
-
-#define FA_DTYPE_e4m3 FA_E4M3
-#define FA_DTYPE_e5m2 FA_E5M2
 
 /* The sm90 FP8 forward (90a built, head dim 128 in FA_CUDA_HEAD_DIMS). */
 typedef int (*fa_sm90_fp8_fwd_fn)(const fa_gpu_params *p, int64_t rows_q,
@@ -39,17 +36,7 @@ static fa_sm90_fp8_fwd_fn sm90_fp8_find(fa_dtype dtype, int dim) {
 static int sm90_fp8_supports(const kdesc *k, const fa_kernel_query *q,
                              char *why, size_t len) {
   const fa_problem *p = q->problem;
-  if (is_backward(q)) {
-    (void)snprintf(why, len,
-                   "the backward (this FP8 kernel is forward "
-                   "only; the CPU backends run the FP8 backward)");
-    return 0;
-  }
-  // The dims and what every GPU kernel implements, but any output dtype
-  // and descales (not fa_gpu_features_ok's fa_gpu_plain_io_ok).
-  if (!kernel_dims_ok(k, q, why, len) ||
-      !fa_gpu_positions_modes_ok(q, why, len) || !fa_gpu_aligned16(q, why, len))
-    return 0;
+  if (!tc_fp8_shape_ok(k, q, why, len)) return 0;
   if (p->a.softcap > 0.0f || p->a.alibi_slopes || !(p->a.scale > 0.0f)) {
     (void)snprintf(why, len,
                    "softcap, ALiBi or a scale <= 0 (this FP8 "
@@ -72,7 +59,7 @@ static int sm90_fp8_supports(const kdesc *k, const fa_kernel_query *q,
 static int sm90_fp8_score(const kdesc *k, const fa_kernel_query *q) {
   (void)k;
   (void)q;
-  return 30; // the only FP8 tensor-core kernel: over cuda.generic
+  return 30; // over cuda.sm80.<e4m3|e5m2>.d128 (20) and cuda.generic
 }
 
 static fa_status sm90_fp8_plan(const kdesc *k, const char *name,
