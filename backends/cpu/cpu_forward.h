@@ -60,23 +60,20 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
   // Lane runs: one per (row, kv head); a single run without kv packing.
   const int run_len = kvt > 1 ? lpk : nr;
   const int nruns = kvt > 1 ? it->ln.npos * kvt : 1;
-  for (int x = 0; x < nruns; x++) {
-    const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
-    if (it->fp8)
-      scores_fp8(p, t, ws, args, &it->fr, x % kvt, nc, lane0, run_len);
-    else
-      scores_rows(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
-  }
+  const cpu_lane_runs lr = {kvt, nruns, pk, lpk, run_len};
+  if (it->fp8)
+    scores_fp8(p, t, ws, args, &it->fr, &lr, nc);
+  else
+    for (int x = 0; x < nruns; x++)
+      scores_rows(p, t, ws, kh[x % kvt], ldk, nc, run_lane0(&lr, x), run_len);
   scores_post(p, ws + t->s, &sl_t, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
-  for (int r = 0; r < nr; r++)
-    if (mu[r] != 1.0f)
-      for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+  rescale_o(o, t->ldv, mu, nr, dv);
   // O[r][:] += P^T[c][r] V[c][:] over the keys each lane sees (the same
   // rule as the GEMM path's when V holds inf or NaN).
   lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
   for (int x = 0; x < nruns; x++) {
-    const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
+    const int lane0 = run_lane0(&lr, x);
     if (it->fp8)
       pv_fp8(p, t, ws, args, &it->fr, x % kvt, lane0, run_len, vlo, vhi, o);
     else
@@ -157,11 +154,12 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   it.kvt = plan->kv_heads_per_tile;
   it.lpk = pk / it.kvt;
   const int small = it.nr <= FA_SMALL_LANES || it.kvt > 1;
-  // FP8 K/V on the small path: read in place, widened in registers.
+  // FP8, bf16, f16 and fp32 K/V on the small path: read in place, widened
+  // in registers, keys in storage order (cpu_rows_fp8.h).
   it.fp8 = fp8_rows_plan(p, t, args, b, it.hk, it.kvt, &it.fr) && small;
-  // Small tiles copy fp32 rows too: the copy walks keys in order (all kv
-  // heads of a key, K then V) with the rows a few keys ahead prefetched,
-  // where the products in place walk one kv head's rows 4 KiB apart.
+  // Other small tiles (descaled 16- and 32-bit rows, odd head dims) copy
+  // their rows, keys in order (all kv heads of a key, K then V) with the
+  // rows a few keys ahead prefetched.
   if (small) it.direct = 0;
   const int dot_bf16 = bf16_pack_q(&it, small);
   if (!dot_bf16) f32_pack_q(&it);
