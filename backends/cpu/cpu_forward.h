@@ -60,12 +60,13 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
   // Lane runs: one per (row, kv head); a single run without kv packing.
   const int run_len = kvt > 1 ? lpk : nr;
   const int nruns = kvt > 1 ? it->ln.npos * kvt : 1;
-  const cpu_lane_runs lr = {kvt, nruns, pk, lpk, run_len};
-  if (it->fp8)
-    scores_fp8(p, t, ws, args, &it->fr, &lr, nc);
-  else
-    for (int x = 0; x < nruns; x++)
-      scores_rows(p, t, ws, kh[x % kvt], ldk, nc, run_lane0(&lr, x), run_len);
+  for (int x = 0; x < nruns; x++) {
+    const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
+    if (it->fp8)
+      scores_fp8(p, t, ws, args, &it->fr, x % kvt, nc, lane0, run_len);
+    else
+      scores_rows(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
+  }
   scores_post(p, ws + t->s, &sl_t, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
   rescale_o(o, t->ldv, mu, nr, dv);
@@ -73,7 +74,7 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
   // rule as the GEMM path's when V holds inf or NaN).
   lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
   for (int x = 0; x < nruns; x++) {
-    const int lane0 = run_lane0(&lr, x);
+    const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
     if (it->fp8)
       pv_fp8(p, t, ws, args, &it->fr, x % kvt, lane0, run_len, vlo, vhi, o);
     else
@@ -155,7 +156,7 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   it.lpk = pk / it.kvt;
   const int small = it.nr <= FA_SMALL_LANES || it.kvt > 1;
   // FP8, bf16, f16 and fp32 K/V on the small path: read in place, widened
-  // in registers, keys in storage order (cpu_rows_fp8.h).
+  // in registers (cpu_rows_fp8.h).
   it.fp8 = fp8_rows_plan(p, t, args, b, it.hk, it.kvt, &it.fr) && small;
   // Other small tiles (descaled 16- and 32-bit rows, odd head dims) copy
   // their rows, keys in order (all kv heads of a key, K then V) with the
