@@ -94,6 +94,9 @@ static void fwd_item_store(const cpu_fwd_item *it, const fa_plan_data *plan,
   const int pk = it->ln.pk, row0 = it->ln.row0, dv = p->a.head_dim_v;
   if (plan->num_splits == 1) {
     for (int r = 0; r < it->nr; r++) {
+      if (r + FA_ROWS_AHEAD < it->nr)
+        prefetch_lane_row(p, &it->args->o, it->b, &it->ln, r + FA_ROWS_AHEAD,
+                          dv, 1);
       const int h = it->ln.h0 + r % pk;
       float lse, inv = finalize(p, m[r], l[r], h, row0 + r / pk, it->ln.shift,
                                 it->sk, &lse);
