@@ -6,6 +6,21 @@
 // (compiled once per ISA, against the vocabulary of simd/simd_<isa>.h).
 /* ---- GEMM: C[i][j] (+)= sum_p A[i*rs + p*cs] * B[p*ldb + j] ------------ */
 
+/* Lines a product prefetches on its way (into L2): the next block's
+   operands, one line every FA_PREFETCH_EVERY steps of each micro-tile's k
+   loop, so that the misses overlap the FMAs instead of stalling the next
+   product's first loads (a burst of them after each micro-tile waits on
+   the line fill buffers: ~5% of the GEMM's samples). */
+typedef struct cpu_prefetch {
+  const char *at;
+  int64_t lines; // left to prefetch, from at
+} cpu_prefetch;
+
+/* k steps per line: a 64-key block of 128 floats a row is 512 lines, over
+   22 score micro-tiles of k = 128 (32 lines each) or 44 P.V micro-tiles of
+   k = 64 (16 each). */
+#define FA_PREFETCH_EVERY 4
+
 /* One R x N-vector micro-tile. R, N, tail are compile-time constants after
    inlining: the accumulators live in registers. tail > 0 makes the last
    vector partial (tail lanes). rsc (or NULL): C's rows are first scaled by
@@ -14,7 +29,8 @@
 FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
                             const float *A, int64_t rs, int64_t cs,
                             const float *B, int64_t ldb, float *C, int64_t ldc,
-                            int accumulate, const float *rsc) {
+                            int accumulate, const float *rsc,
+                            cpu_prefetch *pf) {
   fa_vf acc[FA_MR][FA_NV];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -41,6 +57,11 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
 #pragma GCC unroll 8
       for (int v = 0; v < N; v++) acc[i][v] = vf_fma(a, b[v], acc[i][v]);
     }
+    if (pf && p % FA_PREFETCH_EVERY == FA_PREFETCH_EVERY - 1 && pf->lines > 0) {
+      __builtin_prefetch(pf->at, 0, 2);
+      pf->at += 64;
+      pf->lines--;
+    }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -54,27 +75,6 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
     }
 }
 
-/* Lines a product prefetches on its way (into L2): the next block's
-   operands, a few lines after each micro-tile, so that the misses overlap
-   the FMAs instead of stalling the next product's first loads. */
-typedef struct cpu_prefetch {
-  const char *at;
-  int64_t lines; // left to prefetch, from at
-} cpu_prefetch;
-
-/* Lines after each micro-tile: a 64-key block of 128 floats a row is 512
-   lines, over ~22 (score) or ~44 (P.V) micro-tiles. */
-#define FA_PREFETCH_LINES 24
-
-FA_ALWAYS_INLINE void prefetch_some(cpu_prefetch *pf) {
-  if (!pf) return;
-  for (int i = 0; i < FA_PREFETCH_LINES && pf->lines > 0; i++) {
-    __builtin_prefetch(pf->at, 0, 2);
-    pf->at += 64;
-    pf->lines--;
-  }
-}
-
 /* Row tails of a column chunk of N vectors (compile-time N, tail). */
 FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
                                  const float *A, int64_t rs, int64_t cs,
@@ -82,13 +82,13 @@ FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
                                  int64_t ldc, int acc, const float *rsc,
                                  cpu_prefetch *pf) {
   int i = 0;
-  for (; i + FA_MR <= m; i += FA_MR, prefetch_some(pf))
+  for (; i + FA_MR <= m; i += FA_MR)
     micro(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,
-          rsc ? rsc + i : NULL);
+          rsc ? rsc + i : NULL, pf);
 #define FA_ROWS(R)                                                             \
   case R:                                                                      \
     micro(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,    \
-          rsc ? rsc + i : NULL);                                               \
+          rsc ? rsc + i : NULL, pf);                                           \
     break;
   switch (m - i) {
 #if FA_MR > 7
