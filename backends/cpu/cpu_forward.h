@@ -69,9 +69,7 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
   }
   scores_post(p, ws + t->s, &sl_t, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
-  for (int r = 0; r < nr; r++)
-    if (mu[r] != 1.0f)
-      for (int d = 0; d < dv; d++) o[(size_t)r * t->ldv + d] *= mu[r];
+  rescale_o(o, t->ldv, mu, nr, dv);
   // O[r][:] += P^T[c][r] V[c][:] over the keys each lane sees (the same
   // rule as the GEMM path's when V holds inf or NaN).
   lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
@@ -96,6 +94,9 @@ static void fwd_item_store(const cpu_fwd_item *it, const fa_plan_data *plan,
   const int pk = it->ln.pk, row0 = it->ln.row0, dv = p->a.head_dim_v;
   if (plan->num_splits == 1) {
     for (int r = 0; r < it->nr; r++) {
+      if (r + FA_ROWS_AHEAD < it->nr)
+        prefetch_lane_row(p, &it->args->o, it->b, &it->ln, r + FA_ROWS_AHEAD,
+                          dv, 1);
       const int h = it->ln.h0 + r % pk;
       float lse, inv = finalize(p, m[r], l[r], h, row0 + r / pk, it->ln.shift,
                                 it->sk, &lse);
@@ -157,11 +158,12 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   it.kvt = plan->kv_heads_per_tile;
   it.lpk = pk / it.kvt;
   const int small = it.nr <= FA_SMALL_LANES || it.kvt > 1;
-  // FP8 K/V on the small path: read in place, widened in registers.
+  // FP8, bf16, f16 and fp32 K/V on the small path: read in place, widened
+  // in registers (cpu_rows_fp8.h).
   it.fp8 = fp8_rows_plan(p, t, args, b, it.hk, it.kvt, &it.fr) && small;
-  // Small tiles copy fp32 rows too: the copy walks keys in order (all kv
-  // heads of a key, K then V) with the rows a few keys ahead prefetched,
-  // where the products in place walk one kv head's rows 4 KiB apart.
+  // Other small tiles (descaled 16- and 32-bit rows, odd head dims) copy
+  // their rows, keys in order (all kv heads of a key, K then V) with the
+  // rows a few keys ahead prefetched.
   if (small) it.direct = 0;
   const int dot_bf16 = bf16_pack_q(&it, small);
   if (!dot_bf16) f32_pack_q(&it);

@@ -6,13 +6,31 @@
 // (compiled once per ISA, against the vocabulary of simd/simd_<isa>.h).
 /* ---- GEMM: C[i][j] (+)= sum_p A[i*rs + p*cs] * B[p*ldb + j] ------------ */
 
+/* Lines a product prefetches on its way (into L2): the next block's
+   operands, one line every FA_PREFETCH_EVERY steps of each micro-tile's k
+   loop, so that the misses overlap the FMAs instead of stalling the next
+   product's first loads (a burst of them after each micro-tile waits on
+   the line fill buffers: ~5% of the GEMM's samples). */
+typedef struct cpu_prefetch {
+  const char *at;
+  int64_t lines; // left to prefetch, from at
+} cpu_prefetch;
+
+/* k steps per line: a 64-key block of 128 floats a row is 512 lines, over
+   22 score micro-tiles of k = 128 (32 lines each) or 44 P.V micro-tiles of
+   k = 64 (16 each). */
+#define FA_PREFETCH_EVERY 4
+
 /* One R x N-vector micro-tile. R, N, tail are compile-time constants after
    inlining: the accumulators live in registers. tail > 0 makes the last
-   vector partial (tail lanes). */
+   vector partial (tail lanes). rsc (or NULL): C's rows are first scaled by
+   rsc[i] as they are loaded (O rescaled by the online softmax's factors in
+   the load P.V makes anyway, not in a pass of its own). */
 FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
                             const float *A, int64_t rs, int64_t cs,
                             const float *B, int64_t ldb, float *C, int64_t ldc,
-                            int accumulate) {
+                            int accumulate, const float *rsc,
+                            cpu_prefetch *pf) {
   fa_vf acc[FA_MR][FA_NV];
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -23,6 +41,7 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
       acc[i][v] = !accumulate ? vf_zero()
                   : part      ? vf_load_part(c, tail)
                               : vf_load(c);
+      if (rsc) acc[i][v] = vf_mul(acc[i][v], vf_set1(rsc[i]));
     }
   for (int p = 0; p < k; p++) {
     fa_vf b[FA_NV];
@@ -38,6 +57,11 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
 #pragma GCC unroll 8
       for (int v = 0; v < N; v++) acc[i][v] = vf_fma(a, b[v], acc[i][v]);
     }
+    if (pf && p % FA_PREFETCH_EVERY == FA_PREFETCH_EVERY - 1 && pf->lines > 0) {
+      __builtin_prefetch(pf->at, 0, 2);
+      pf->at += 64;
+      pf->lines--;
+    }
   }
 #pragma GCC unroll 8
   for (int i = 0; i < R; i++)
@@ -51,38 +75,20 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
     }
 }
 
-/* Lines a product prefetches on its way (into L2): the next block's
-   operands, a few lines after each micro-tile, so that the misses overlap
-   the FMAs instead of stalling the next product's first loads. */
-typedef struct cpu_prefetch {
-  const char *at;
-  int64_t lines; // left to prefetch, from at
-} cpu_prefetch;
-
-/* Lines after each micro-tile: a 64-key block of 128 floats a row is 512
-   lines, over ~22 (score) or ~44 (P.V) micro-tiles. */
-#define FA_PREFETCH_LINES 24
-
-FA_ALWAYS_INLINE void prefetch_some(cpu_prefetch *pf) {
-  if (!pf) return;
-  for (int i = 0; i < FA_PREFETCH_LINES && pf->lines > 0; i++) {
-    __builtin_prefetch(pf->at, 0, 2);
-    pf->at += 64;
-    pf->lines--;
-  }
-}
-
 /* Row tails of a column chunk of N vectors (compile-time N, tail). */
 FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
                                  const float *A, int64_t rs, int64_t cs,
                                  const float *B, int64_t ldb, float *C,
-                                 int64_t ldc, int acc, cpu_prefetch *pf) {
+                                 int64_t ldc, int acc, const float *rsc,
+                                 cpu_prefetch *pf) {
   int i = 0;
-  for (; i + FA_MR <= m; i += FA_MR, prefetch_some(pf))
-    micro(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc);
+  for (; i + FA_MR <= m; i += FA_MR)
+    micro(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,
+          rsc ? rsc + i : NULL, pf);
 #define FA_ROWS(R)                                                             \
   case R:                                                                      \
-    micro(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc);   \
+    micro(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,    \
+          rsc ? rsc + i : NULL, pf);                                           \
     break;
   switch (m - i) {
 #if FA_MR > 7
@@ -111,23 +117,26 @@ FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
 }
 
 /* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors
-   whose final vector may be partial; pf (or NULL) prefetched on the way. */
-static void gemm_pf(int m, int n, int k, const float *A, int64_t rs, int64_t cs,
-                    const float *B, int64_t ldb, float *C, int64_t ldc, int acc,
-                    cpu_prefetch *pf) {
+   whose final vector may be partial; pf (or NULL) prefetched on the way;
+   with rsc, C's rows scaled by rsc[i] before they accumulate (micro). */
+static void gemm_rsc(int m, int n, int k, const float *A, int64_t rs,
+                     int64_t cs, const float *B, int64_t ldb, float *C,
+                     int64_t ldc, int acc, const float *rsc, cpu_prefetch *pf) {
   const int chunk = FA_NV * FA_VW;
   int j = 0;
   for (; j + chunk <= n; j += chunk)
-    micro_rows(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, pf);
+    micro_rows(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, pf);
   int left = n - j;
   if (left <= 0) return;
   int nvec = (left + FA_VW - 1) / FA_VW, tail = left % FA_VW;
 #define FA_LAST(NV)                                                            \
   case NV:                                                                     \
     if (tail)                                                                  \
-      micro_rows(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, pf);  \
+      micro_rows(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,  \
+                 pf);                                                          \
     else                                                                       \
-      micro_rows(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, pf);     \
+      micro_rows(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,     \
+                 pf);                                                          \
     break;
   switch (nvec) {
     FA_LAST(1)
@@ -144,6 +153,12 @@ static void gemm_pf(int m, int n, int k, const float *A, int64_t rs, int64_t cs,
     break;
   }
 #undef FA_LAST
+}
+
+static void gemm_pf(int m, int n, int k, const float *A, int64_t rs, int64_t cs,
+                    const float *B, int64_t ldb, float *C, int64_t ldc, int acc,
+                    cpu_prefetch *pf) {
+  gemm_rsc(m, n, k, A, rs, cs, B, ldb, C, ldc, acc, NULL, pf);
 }
 
 static void gemm(int m, int n, int k, const float *A, int64_t rs, int64_t cs,

@@ -7,7 +7,8 @@
 // fp32 tile copy, half of a bf16 cache's, and no tile store and reload.
 // bf16 and f16 caches (without descale factors) take the same path, their
 // rows widened in registers (vf_widen): the tile copy was half the time of
-// a bf16 decode step.
+// a bf16 decode step; so do fp32 caches, their rows loaded as they are (the
+// copy, a call per row, held the step to ~13 GB/s with every row in L2).
 //
 // Part of cpu_kernels.h (compiled once per ISA); the forward's small-tile
 // path calls these when fp8_rows_plan() accepts the work item: FP8 inputs,
@@ -30,7 +31,7 @@
    (another kv head adds its stride_head), and per kv head of the tile the
    factor that vf_fp8_scaled multiplies by (1 for 16-bit rows). */
 typedef struct cpu_fp8_rows {
-  int e5m2, wide; // wide: 16-bit rows (bf16 or f16), esz bytes a value
+  int e5m2, wide; // wide: rows of fp32, bf16 or f16 values, esz bytes each
   int esz;
   int64_t koff[FA_FP8_ROW_KEYS], voff[FA_FP8_ROW_KEYS];
   float kx[FA_MAX_KV_TILES], vx[FA_MAX_KV_TILES];
@@ -42,13 +43,13 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
                          const fa_fwd_args *args, int b, int hk, int kvt,
                          cpu_fp8_rows *fr) {
   fr->e5m2 = p->dtype == FA_E5M2;
-  fr->wide = p->dtype == FA_BF16 || p->dtype == FA_F16;
+  fr->wide = p->dtype == FA_BF16 || p->dtype == FA_F16 || p->dtype == FA_F32;
   fr->esz = (int)fa_dtype_size(p->dtype);
   if (!FA_FP8_ROWS || !(fa_dtype_is_fp8(p->dtype) || fr->wide) ||
       t->bk > FA_FP8_ROW_KEYS || p->a.head_dim % FA_VW ||
       p->a.head_dim_v % FA_VW)
     return 0;
-  // 16-bit rows are widened, not multiplied: descaled ones take the tiles.
+  // Wide rows are loaded, not multiplied: descaled ones take the tiles.
   if (fr->wide && (args->k.descale || args->v.descale)) return 0;
   const float unit = fr->wide ? 1.0f : fa_fp8_unit(fr->e5m2);
   for (int x = 0; x < kvt; x++) {
@@ -80,12 +81,14 @@ enum {
   FA_FP8_E4M3 = 1,
   FA_FP8_E5M2 = 2,
   FA_ROWS_BF16 = 3,
-  FA_ROWS_F16 = 4
+  FA_ROWS_F16 = 4,
+  FA_ROWS_F32 = 5
 };
 
 /* FA_VW values from value i of a row (x: the FP8 factor). */
 FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *row, int i,
                                fa_vf x) {
+  if (kind == FA_ROWS_F32) return vf_load((const float *)(const void *)row + i);
   if (kind >= FA_ROWS_BF16)
     return vf_widen((const uint16_t *)(const void *)row + i,
                     kind == FA_ROWS_F16);
@@ -94,40 +97,66 @@ FA_ALWAYS_INLINE fa_vf fp8_vec(const int kind, const uint8_t *row, int i,
              : vf_fp8_scaled(row + i, kind == FA_FP8_E5M2, x);
 }
 
-/* The scores of keys [0, nc) for lanes [lane0, lane0 + nr), four lanes at
-   a time (as scores_rows; qr holds the scaled q rows and 3 zero rows after
-   them). An e4m3 key row holding a NaN code has a NaN score in every lane
-   (q . k is NaN whatever q is): its dot products are computed from the
-   raw decode and then replaced. Asks for the K rows a few keys ahead and
-   for each key's V row, which P.V reads next. */
+/* Scores of key rows k0 (and k1 when K2 = 2) for lanes [r0, r0 + 4) of
+   qr: two keys share each q load and give eight independent FMA chains
+   (four are too few to cover the FMA latency over d). */
+FA_ALWAYS_INLINE void dots_fp8(const int kind, const int K2, const int d,
+                               const int ld, const float *q0, const uint8_t *k0,
+                               const uint8_t *k1, fa_vf kx, float *sum0,
+                               float *sum1) {
+  fa_vf a[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+  fa_vf z[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
+  for (int i = 0; i < d; i += FA_VW) {
+    const fa_vf kv0 = fp8_vec(kind, k0, i, kx);
+    const fa_vf kv1 = K2 == 2 ? fp8_vec(kind, k1, i, kx) : kv0;
+#pragma GCC unroll 4
+    for (int y = 0; y < 4; y++) {
+      const fa_vf q = vf_load(q0 + (size_t)y * ld + i);
+      a[y] = vf_fma(q, kv0, a[y]);
+      if (K2 == 2) z[y] = vf_fma(q, kv1, z[y]);
+    }
+  }
+  vf_hsum4(a, sum0);
+  if (K2 == 2) vf_hsum4(z, sum1);
+}
+
+/* The scores of keys [0, nc) for lanes [lane0, lane0 + nr), four lanes and
+   two keys at a time (as scores_rows; qr holds the scaled q rows and 3
+   zero rows after them). An e4m3 key row holding a NaN code has a NaN
+   score in every lane (q . k is NaN whatever q is): its dot products are
+   computed from the raw decode and then replaced. Asks for the K rows a
+   few keys ahead and for each key's V row, which P.V reads next. */
 FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
                                       const int ld, const int bq,
                                       const float *qr, float *s,
                                       const uint8_t *kb, const uint8_t *vb,
                                       const cpu_fp8_rows *fr, fa_vf kx, int nc,
                                       int lane0, int nr) {
-  const int esz = kind >= FA_ROWS_BF16 ? 2 : 1;
-  for (int c = 0; c < nc; c++) {
-    const uint8_t *kr = kb + fr->koff[c];
-    if (c + FA_PREFETCH_KEYS < nc)
-      for (int off = 0; off < d * esz; off += 64)
-        __builtin_prefetch(kb + fr->koff[c + FA_PREFETCH_KEYS] + off);
-    for (int off = 0; off < dv * esz; off += 64)
-      __builtin_prefetch(vb + fr->voff[c] + off);
-    const int nan = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(kr, d);
+  const int esz = kind == FA_ROWS_F32 ? 4 : kind >= FA_ROWS_BF16 ? 2 : 1;
+  for (int c = 0; c < nc; c += 2) {
+    const int two = c + 1 < nc;
+    for (int e = c; e < c + 1 + two; e++) {
+      if (e + FA_PREFETCH_KEYS < nc)
+        for (int off = 0; off < d * esz; off += 64)
+          __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off);
+      for (int off = 0; off < dv * esz; off += 64)
+        __builtin_prefetch(vb + fr->voff[e] + off);
+    }
+    const uint8_t *k0 = kb + fr->koff[c], *k1 = kb + fr->koff[c + two];
+    const int nan0 = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(k0, d);
+    const int nan1 = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(k1, d);
     for (int r0 = 0; r0 < nr; r0 += 4) {
       const float *q0 = qr + (size_t)r0 * ld;
-      fa_vf a[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
-      for (int i = 0; i < d; i += FA_VW) {
-        const fa_vf kv = fp8_vec(kind, kr, i, kx);
-#pragma GCC unroll 4
-        for (int y = 0; y < 4; y++)
-          a[y] = vf_fma(vf_load(q0 + (size_t)y * ld + i), kv, a[y]);
+      float sum0[4], sum1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (two)
+        dots_fp8(kind, 2, d, ld, q0, k0, k1, kx, sum0, sum1);
+      else
+        dots_fp8(kind, 1, d, ld, q0, k0, k1, kx, sum0, sum1);
+      float *s0 = s + (size_t)c * bq + lane0 + r0;
+      for (int y = 0; y < 4 && r0 + y < nr; y++) {
+        s0[y] = nan0 ? NAN : sum0[y];
+        if (two) s0[bq + y] = nan1 ? NAN : sum1[y];
       }
-      float sum[4];
-      vf_hsum4(a, sum);
-      for (int y = 0; y < 4 && r0 + y < nr; y++)
-        s[(size_t)c * bq + lane0 + r0 + y] = nan ? NAN : sum[y];
     }
   }
 }
@@ -145,7 +174,10 @@ static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
   const fa_vf kx = vf_set1(fr->kx[x]);
   const int d = p->a.head_dim, dv = p->a.head_dim_v;
   float *s = ws + t->s;
-  if (p->dtype == FA_BF16)
+  if (p->dtype == FA_F32)
+    scores_fp8_kind(FA_ROWS_F32, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx, nc,
+                    lane0, nr);
+  else if (p->dtype == FA_BF16)
     scores_fp8_kind(FA_ROWS_BF16, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx,
                     nc, lane0, nr);
   else if (p->dtype == FA_F16)
@@ -161,30 +193,52 @@ static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
 
 /* O[r][:] += P^T[c][r] (descaled v_c) for N lanes from r0 sharing the
    visible keys [lo, hi) (only visible pairs are multiplied: a masked key
-   adds nothing, not even 0 * NaN). Dims outer, keys inner: the N
-   accumulators of a vector of dims stay in registers over the keys, and
-   each V vector is widened once for all N lanes. */
+   adds nothing, not even 0 * NaN). Dims outer, keys inner: the N x NI
+   accumulators of NI vectors of dims stay in registers over the keys
+   (NI = 4 where the dims allow: N x 1 chains would wait on the FMA
+   latency), and each V vector is widened once for all N lanes. */
+FA_ALWAYS_INLINE void pv_fp8_dims(const int kind, const int N, const int NI,
+                                  const cpu_tiles *t, const float *s,
+                                  const uint8_t *vb, const cpu_fp8_rows *fr,
+                                  fa_vf vx, int i, int r0, int lo, int hi,
+                                  float *o) {
+  const int bq = t->bq, ldo = t->ldv;
+  fa_vf acc[4][4];
+#pragma GCC unroll 4
+  for (int y = 0; y < N; y++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NI; j++)
+      acc[y][j] = vf_load(o + (size_t)(r0 + y) * ldo + i + j * FA_VW);
+  for (int c = lo; c < hi; c++) {
+    fa_vf vv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NI; j++)
+      vv[j] = fp8_vec(kind, vb + fr->voff[c], i + j * FA_VW, vx);
+    const float *pc = s + (size_t)c * bq + r0;
+#pragma GCC unroll 4
+    for (int y = 0; y < N; y++) {
+      const fa_vf pr = vf_set1(pc[y]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NI; j++) acc[y][j] = vf_fma(pr, vv[j], acc[y][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int y = 0; y < N; y++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NI; j++)
+      vf_store(o + (size_t)(r0 + y) * ldo + i + j * FA_VW, acc[y][j]);
+}
+
 FA_ALWAYS_INLINE void pv_fp8_lanes(const int kind, const int N,
                                    const cpu_tiles *t, const float *s,
                                    const uint8_t *vb, const cpu_fp8_rows *fr,
                                    fa_vf vx, int dv, int r0, int lo, int hi,
                                    float *o) {
-  const int bq = t->bq, ldo = t->ldv;
-  for (int i = 0; i < dv; i += FA_VW) {
-    fa_vf acc[4];
-#pragma GCC unroll 4
-    for (int y = 0; y < N; y++)
-      acc[y] = vf_load(o + (size_t)(r0 + y) * ldo + i);
-    for (int c = lo; c < hi; c++) {
-      const fa_vf vv = fp8_vec(kind, vb + fr->voff[c], i, vx);
-      const float *pc = s + (size_t)c * bq + r0;
-#pragma GCC unroll 4
-      for (int y = 0; y < N; y++) acc[y] = vf_fma(vf_set1(pc[y]), vv, acc[y]);
-    }
-#pragma GCC unroll 4
-    for (int y = 0; y < N; y++)
-      vf_store(o + (size_t)(r0 + y) * ldo + i, acc[y]);
-  }
+  int i = 0;
+  for (; i + 4 * FA_VW <= dv; i += 4 * FA_VW)
+    pv_fp8_dims(kind, N, 4, t, s, vb, fr, vx, i, r0, lo, hi, o);
+  for (; i < dv; i += FA_VW)
+    pv_fp8_dims(kind, N, 1, t, s, vb, fr, vx, i, r0, lo, hi, o);
 }
 
 /* The N-lane groups of one decoding kind. */
@@ -229,7 +283,9 @@ static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
     int nan = 0;
     for (int c = lo[r]; !fr->e5m2 && !fr->wide && !nan && c < hi[r]; c++)
       nan = vf_e4m3_any_nan(vb + fr->voff[c], dv);
-    if (p->dtype == FA_BF16)
+    if (p->dtype == FA_F32)
+      pv_fp8_kind(FA_ROWS_F32, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+    else if (p->dtype == FA_BF16)
       pv_fp8_kind(FA_ROWS_BF16, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     else if (p->dtype == FA_F16)
       pv_fp8_kind(FA_ROWS_F16, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);

@@ -33,7 +33,7 @@ typedef struct cpu_fwd_item {
   int nr;       // valid lanes (rows x packed heads)
   int kvt, lpk; // kv heads the tile spans, lanes per kv head
   int direct;   // fp32 K/V read in place
-  int fp8;      // FP8 rows read in place (small path)
+  int fp8;      // rows read in place (small path, cpu_rows_fp8.h)
   cpu_fp8_rows fr;
 } cpu_fwd_item;
 

@@ -25,29 +25,40 @@ static size_t f32_kvpack_plan(const fa_problem *p, const fa_plan_data *plan,
   kv->rows = (int)rows;
   kv->ldk2 = plan->head_dim_pad;
   kv->ldv2 = plan->head_dim_v_pad;
-  kv->items = (int64_t)p->a.batch * p->a.heads_kv * plan->num_k_blocks;
+  kv->items = (int64_t)p->a.batch * plan->num_k_blocks;
   kv->fp32 = 1;
   return floats;
 }
 
-/* Pack item i: kv block kb of (b, hk); rows past the sequence are zero. */
+/* Pack item i: kv block kb of (b, every kv head); rows past the sequence
+   are zero. Rows are copied in storage order: with keys outer where the kv
+   heads of a key lie side by side (BSHD, paged caches), the source is one
+   ascending stream the hardware prefetchers follow, where a kv head at a
+   time reads a row per 4 KiB page. */
 static void f32_kvpack_item(const fa_problem *p, const fa_plan_data *plan,
                             const fa_fwd_args *args, const cpu_kvpack *kv,
                             int64_t i) {
-  const int nkb = plan->num_k_blocks, bk = plan->block_k;
-  const int kb = (int)(i % nkb), hk = (int)(i / nkb % p->a.heads_kv),
-            b = (int)(i / nkb / p->a.heads_kv);
+  const int nkb = plan->num_k_blocks, bk = plan->block_k, hkv = p->a.heads_kv;
+  const int kb = (int)(i % nkb), b = (int)(i / nkb);
   const int j0 = kb * bk, sk = fa_seq_len_k(p, b);
   const int n = sk - j0 >= bk ? bk : sk - j0 > 0 ? sk - j0 : 0;
-  const size_t row = ((size_t)b * p->a.heads_kv + hk) * kv->rows + j0;
-  float *k = (float *)kv->k + row * kv->ldk2,
-        *v = (float *)kv->v + row * kv->ldv2;
-  load_k_rows(k, kv->ldk2, p, &args->k, b, hk, j0, n, p->a.head_dim);
-  load_k_rows(v, kv->ldv2, p, &args->v, b, hk, j0, n, p->a.head_dim_v);
-  memset(k + (size_t)n * kv->ldk2, 0,
-         sizeof(float) * (size_t)(bk - n) * kv->ldk2);
-  memset(v + (size_t)n * kv->ldv2, 0,
-         sizeof(float) * (size_t)(bk - n) * kv->ldv2);
+  const int keys_outer = args->k.stride_head < args->k.stride_seq;
+  for (int z = 0; z < 2; z++) {
+    const fa_tensor *src = z ? &args->v : &args->k;
+    const int ld = z ? kv->ldv2 : kv->ldk2;
+    const int dim = z ? p->a.head_dim_v : p->a.head_dim;
+    float *base = (float *)(z ? kv->v : kv->k);
+    for (int x = 0; x < n * hkv; x++) {
+      const int j = keys_outer ? x / hkv : x % n;
+      const int hk = keys_outer ? x % hkv : x / n;
+      const size_t row = ((size_t)b * hkv + hk) * kv->rows + j0 + j;
+      load_k_rows(base + row * ld, ld, p, src, b, hk, j0 + j, 1, dim);
+    }
+    for (int hk = 0; hk < hkv; hk++) {
+      const size_t row = ((size_t)b * hkv + hk) * kv->rows + j0 + n;
+      memset(base + row * ld, 0, sizeof(float) * (size_t)(bk - n) * ld);
+    }
+  }
 }
 
 /* Q^T for the fp32 step: the tile's q rows, scaled, transposed into the qt
@@ -57,6 +68,27 @@ static void f32_pack_q(const cpu_fwd_item *it) {
   load_q_transposed(it->ws + t->qt, t->bq, t->ldqt, it->ws + t->k, it->p,
                     &it->args->q, it->b, &it->ln, it->p->a.head_dim,
                     it->p->a.scale);
+}
+
+/* The products' first lane on a kv block [col0, ...): the first lane (a
+   multiple of FA_VW) of the first row whose window ends past col0. On the
+   diagonal of a causal mask the rows before it see none of the block: their
+   scores are masked to -inf whatever the product leaves there (mask_hidden
+   covers every key of the block for them) and their P is 0, so both
+   products skip them (half of a q block's last kv block at B_r = 2 B_c). */
+static int first_seeing_lane(const fa_problem *p, const cpu_lanes *ln, int sk,
+                             int col0) {
+  int lo = 0, hi = ln->npos; // window ends are non-decreasing in the row
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    int a, z;
+    fa_visible_keys(p, ln->shift, ln->row0 + mid, sk, &a, &z);
+    if (z > col0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo * ln->pk / FA_VW * FA_VW;
 }
 
 /* One kv block [col0, col0 + nc) of the item. */
@@ -94,19 +126,28 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
     pk = (cpu_prefetch){(const char *)(k + nc * ldk), nc * ldk / 16};
     pv = (cpu_prefetch){(const char *)(v + nc * ldv), nc * ldv / 16};
   }
-  scores(p, t, ws, k, ldk, &it->ln, it->sq, it->sk, col0, nc, NULL, &pk);
+  const int l0 = tile_cut(p, &it->ln, it->sq, it->sk, col0, nc)
+                     ? first_seeing_lane(p, &it->ln, it->sk, col0)
+                     : 0;
+  const cpu_slayout sl = {bq, 1, bq};
+  gemm_pf(nc, bq - l0, p->a.head_dim, k, ldk, 1, ws + t->qt + l0, t->ldqt,
+          ws + t->s + l0, bq, 0, &pk);
+  scores_post(p, ws + t->s, &sl, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
-  rescale_o(o, t->ldv, mu, nr, dv);
-  // O[r][:] += sum_c P^T[c][r] V[c][:]. Masked entries of P are 0, and
-  // 0 * NaN = NaN: where the tile meets a mask and V holds inf or NaN
-  // (a scan of nc x dv, 1/bq of the product), only visible pairs count.
+  // O[r][:] = mu[r] O[r][:] + sum_c P^T[c][r] V[c][:], the rescale in the
+  // product's load of O. Masked entries of P are 0, and 0 * NaN = NaN:
+  // where the tile meets a mask and V holds inf or NaN (a scan of nc x dv,
+  // 1/bq of the product), only visible pairs count.
   if (tile_cut(p, &it->ln, it->sq, it->sk, col0, nc) &&
       any_nonfinite(v, ldv, nc, dv)) {
     int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
+    rescale_o(o, t->ldv, mu, nr, dv);
     lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
     gemm_visible(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv, o, t->ldv,
                  0);
   } else {
-    gemm_pf(nr, dv, nc, ws + t->s, 1, bq, v, ldv, o, t->ldv, 1, &pv);
+    rescale_o(o, t->ldv, mu, l0, dv); // the rows the product skips
+    gemm_rsc(nr - l0, dv, nc, ws + t->s + l0, 1, bq, v, ldv,
+             o + (size_t)l0 * t->ldv, t->ldv, 1, mu + l0, &pv);
   }
 }

@@ -67,6 +67,28 @@ typedef struct cpu_lanes {
   int64_t shift;          // the sequence's diagonal offset (fa_diag_shift)
 } cpu_lanes;
 
+/* How many rows ahead a tile's row loops (Q in, O out) ask for their
+   rows: a head's rows lie 4 KiB apart in BSHD, each on a page of its own,
+   which the hardware prefetchers do not cross; one row at a time would
+   keep a single row's misses in flight. */
+#define FA_ROWS_AHEAD 4
+
+/* Lane r's row of a q-like tensor (q, o) for the tile's lanes, fetched
+   into the cache ahead of its use (write: about to be stored). */
+static void prefetch_lane_row(const fa_problem *p, const fa_tensor *t, int b,
+                              const cpu_lanes *ln, int r, int dim, int write) {
+  const int64_t esz = (int64_t)fa_dtype_size(t->dtype);
+  const char *row =
+      (const char *)t->data +
+      fa_q_offset(p, t, b, ln->row0 + r / ln->pk, ln->h0 + r % ln->pk) * esz;
+  for (int64_t off = 0; off < dim * esz; off += 64) {
+    if (write)
+      __builtin_prefetch(row + off, 1);
+    else
+      __builtin_prefetch(row + off);
+  }
+}
+
 /* The tile's q rows, times mul and their descale, transposed into
    dst[dim][bq] (row pitch ldt); lanes past the valid ones are zero so
    padded lanes stay finite. */
@@ -76,6 +98,8 @@ static void load_q_transposed(float *dst, int bq, int64_t ldt, float *row,
   const int nr = ln->npos * ln->pk;
   for (int r = 0; r < bq; r++) {
     float x = mul;
+    if (r + FA_ROWS_AHEAD < nr)
+      prefetch_lane_row(p, t, b, ln, r + FA_ROWS_AHEAD, dim, 0);
     if (r < nr) {
       const int h = ln->h0 + r % ln->pk;
       vf_widen_row(row, t->data, t->dtype,

@@ -42,7 +42,8 @@ typedef struct cpu_kvpack {
   int rows, ldk2, ldv2;
   int64_t items; // pack work items: (batch, kv head, kv block)
   // The fp32 step's pack instead: K and V rows widened to fp32 floats,
-  // [batch][heads_kv][rows][ldk2] and [..][rows][ldv2] (cpu_step_f32.h).
+  // [batch][heads_kv][rows][ldk2] and [..][rows][ldv2], items (batch, kv
+  // block) (cpu_step_f32.h).
   int fp32;
 } cpu_kvpack;
 
