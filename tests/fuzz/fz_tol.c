@@ -266,15 +266,23 @@ static double max_finite(fa_dtype t) {
   return t == FA_F16 ? 65504.0 : t == FA_BF16 ? 0x1.fep127 : 0x1.fffffep127;
 }
 
+static double last_margin; // fz_compare's worst |diff| / tol (finite pairs)
+
+double fz_last_margin(void) { return last_margin; }
+
 size_t
 fz_compare(const char *name, fa_dtype t, const double *ref, const double *got,
            const double *tol, size_t n, int leak_ok, FILE *log,
            void (*index_name)(size_t i, char *buf, size_t len, const void *ctx),
            const void *ctx) {
   size_t bad = 0;
+  last_margin = 0.0;
   for (size_t i = 0; i < n; i++) {
     double r = ref[i], g = got[i], e = tol[i];
     int ok;
+    if (isfinite(r) && isfinite(g) && isfinite(e) && e > 0.0 &&
+        fabs(g - r) / e > last_margin)
+      last_margin = fabs(g - r) / e;
     if (e < 0.0) { // unconstrained (logits fp32 cannot resolve)
       continue;
     } else if (isnan(r)) {

@@ -96,6 +96,11 @@ fz_compare(const char *name, fa_dtype t, const double *ref, const double *got,
            void (*index_name)(size_t i, char *buf, size_t len, const void *ctx),
            const void *ctx);
 
+/* The worst |got - ref| / tol of the last fz_compare call over the
+   elements with finite values and a finite positive tol (0 when none):
+   how close a passing comparison came to its bound. Not thread-safe. */
+double fz_last_margin(void);
+
 #ifdef __cplusplus
 }
 #endif

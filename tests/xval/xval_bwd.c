@@ -316,8 +316,8 @@ int xv_run_backward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
     err[i] = ts_scaled_err(ref[i], got[i], mag[i], cnt[i]);
     merr[i] = ts_scaled_max_err(ref[i], got[i], mag[i], cnt[i]);
     const fa_dtype bt = xv_bound_dtype(c->dt, s->dto);
-    mbound[i] =
-        xv_bwd_bound(bt, ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
+    mbound[i] = xv_bwd_max_bound(
+        bt, ts_scaled_max_err_f(ref[i], nv_[i], mag[i], cnt[i]));
     double ne = ts_scaled_err_f(ref[i], nv_[i], mag[i], cnt[i]);
     if (!xv_naive_sane(bt, ne))
       xv_msg(m,

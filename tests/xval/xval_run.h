@@ -87,6 +87,7 @@ typedef struct xrun {
 /* ---- xval_bounds.c: error bounds (the numbers and why: there) */
 fa_dtype xv_bound_dtype(fa_dtype in, fa_dtype out);
 double xv_bwd_bound(fa_dtype t, double naive_err);
+double xv_bwd_max_bound(fa_dtype t, double naive_max_err);
 double xv_dsinks_bound(fa_dtype t);
 double xv_fwd_bound(fa_dtype t, double naive_err, double max_lse);
 double xv_f32_logit_term(double max_lse);

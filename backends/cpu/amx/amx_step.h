@@ -22,6 +22,9 @@
 #define FA_AMX_STEP_H
 
 #include <immintrin.h>
+#ifdef FA_AMX_EMULATE
+#include "amx/amx_emulate.h" // tests only: tile instructions in scalar C
+#endif
 
 #define FA_TILE_KEYS 32
 
