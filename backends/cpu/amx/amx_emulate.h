@@ -32,7 +32,7 @@
 #define FA_AMX_EMU_CHECK(ok, what)                                             \
   do {                                                                         \
     if (!(ok)) {                                                               \
-      fprintf(stderr, "amx_emulate: %s (%s:%d)\n", what, __FILE__, __LINE__); \
+      fprintf(stderr, "amx_emulate: %s (%s:%d)\n", what, __FILE__, __LINE__);  \
       abort();                                                                 \
     }                                                                          \
   } while (0)
