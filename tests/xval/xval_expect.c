@@ -120,9 +120,11 @@ int xv_check_bwd_elementwise(xs *s, double *const ref[3], double *const got[3],
     const int leak = xv_nan_role(c->gen) >= 0 && tile_kernel(s, 1) ? 1 : 0;
     double margin[3];
     for (int i = 0; i < 3; i++) {
-      // (fz_compare checks NaN placement exactly where an input has one)
-      if (xv_nan_role(c->gen) < 0)
-        xv_check_finite(ref[i], got[i], cnt[i], names[i], m);
+      // fz_compare checks NaN and inf placement itself, with the rules a
+      // plain parity check lacks: an element fz_bwd_tol leaves open (f16
+      // near 65504: logits fp32 cannot resolve) may be anything, and one
+      // beyond the output dtype's range rounds to its infinity. (A parity
+      // check here failed such a case, bwd.edge f16max, at some seeds.)
       size_t bad = fz_compare(names[i], s->dto, ref[i], got[i], tol[i], cnt[i],
                               leak, stdout, NULL, NULL);
       margin[i] = fz_last_margin();
