@@ -25,7 +25,8 @@ if ! grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_TESTS=ON \
   -DFA_BUILD_BENCH=OFF -DFA_BUILD_PYTHON=OFF -DFA_BUILD_EXAMPLES=OFF \
-  -DFA_CPU_AMX_EMULATE=ON -DFA_XVAL_BACKENDS=cpu.amxbf16.bf16 -DFA_WERROR="${FA_WERROR:-OFF}" >/dev/null
+  -DFA_CPU_AMX_EMULATE=ON -DFA_XVAL_BACKENDS=cpu.amxbf16.bf16 \
+  -DFA_WERROR="${FA_WERROR:-OFF}" >/dev/null
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" \
   --target test_xval test_xval_tests test_amxbf16_exp2
 grep -q "xval[.]cpu[.]amxbf16[.]bf16[.]" <(ctest --test-dir "$build" -N) ||

@@ -30,7 +30,7 @@ if ((rc)) && [ -f "$log" ]; then
     /^Output:/ { inout = 1; next }
     /^<end of output>/ { inout = 0; next }
     inout && $0 !~ /: (PASS|SKIP) / && $0 !~ /^-+$/ { buf[n++] = $0 }
-    /^Test Passed/ || /^Test Skipped/ || /[Ss]kipped/ && !inout { ok = 1 }
+    !inout && (/^Test Passed/ || /[Ss]kipped/) { ok = 1 }
     / end time: / && name != "" && !ok {
       print "--- " name
       for (i = 0; i < n && i < 80; i++) print buf[i]

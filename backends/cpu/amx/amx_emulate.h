@@ -133,15 +133,12 @@ static inline void fa_amx_emu_dpbf16ps(int tc, int ta, int tb) {
 #undef _tile_release
 #undef _tile_zero
 #undef _tile_loadd
-#undef _tile_stream_loadd
 #undef _tile_stored
 #undef _tile_dpbf16ps
 #define _tile_loadconfig(cfg) fa_amx_emu_loadconfig(cfg)
 #define _tile_release() fa_amx_emu_release()
 #define _tile_zero(t) fa_amx_emu_zero(t)
 #define _tile_loadd(t, base, stride) fa_amx_emu_load(t, base, (long)(stride))
-#define _tile_stream_loadd(t, base, stride)                                    \
-  fa_amx_emu_load(t, base, (long)(stride))
 #define _tile_stored(t, base, stride) fa_amx_emu_store(t, base, (long)(stride))
 #define _tile_dpbf16ps(c, a, b) fa_amx_emu_dpbf16ps(c, a, b)
 
