@@ -44,8 +44,8 @@ static fa_switch table[] = {
      "0: recompute dQ in a third pass instead",
      NULL, NULL},
     {"FA_CUDA_DETERMINISTIC", NULL,
-     "1: CUDA backward without atomic dQ accumulation (bit-reproducible, "
-     "slower)",
+     "1: CUDA backward bit-reproducible (the tensor-core backwards add dQ "
+     "in a fixed order; slower)",
      NULL, NULL},
     {"FA_SM90_SERIAL", NULL,
      "1: the sm90 forward's serial schedule (no ping-pong), to measure the "

@@ -72,7 +72,9 @@ static inline FA_HD void fa_flat_visible(const fa_flat_problem *f, int i,
 }
 
 /* The inverse of fa_visible_keys: the queries of [0, sq) that see key j
-   (0 <= j < sk) are exactly [*i0, *i1). */
+   (0 <= j < sk) are exactly [*i0, *i1), with 0 <= *i0 <= *i1 <= sq also
+   when none does (a key past every query's window gives [sq, sq), not
+   [j, j): the backwards size their q blocks from these edges). */
 static inline FA_HD void fa_flat_queries_of_key(const fa_flat_problem *f, int j,
                                                 int sq, int sk, int *i0,
                                                 int *i1) {
@@ -80,6 +82,7 @@ static inline FA_HD void fa_flat_queries_of_key(const fa_flat_problem *f, int j,
   int64_t a = f->window_right < 0 ? 0 : (int64_t)j - shift - f->window_right;
   int64_t b = f->window_left < 0 ? sq : (int64_t)j - shift + f->window_left + 1;
   if (a < 0) a = 0;
+  if (a > sq) a = sq;
   if (b > sq) b = sq;
   if (b < a) b = a;
   *i0 = (int)a;

@@ -47,9 +47,9 @@
 //       forward also FP8 (e4m3, e5m2) inputs, descales and any output
 //       dtype. Score 0.
 // Switches (core/config.h, read through the core):
-//   FA_CUDA_DETERMINISTIC=1  the tensor-core backwards decline (they add dQ
-//                            atomically): cuda.generic's backward, bitwise
-//                            reproducible run to run;
+//   FA_CUDA_DETERMINISTIC=1  the tensor-core backwards add dQ in a fixed
+//                            order (common/dq_turns.cuh): bitwise
+//                            reproducible run to run, as cuda.generic;
 //   FA_SM90_SERIAL=1         the sm90 forward's serial schedule (to measure
 //                            what its overlap buys).
 // For triage and tests, bind a context to a kernel by name
@@ -207,12 +207,6 @@ static int tc_fp8_shape_ok(const kdesc *k, const fa_kernel_query *q, char *why,
 
 /* The tensor-core backwards: what they leave to cuda.generic. */
 static int tc_backward_ok(const fa_problem *p, char *why, size_t len) {
-  if (config("FA_CUDA_DETERMINISTIC")) {
-    (void)snprintf(why, len,
-                   "FA_CUDA_DETERMINISTIC is set (this backward adds dQ "
-                   "atomically)");
-    return 0;
-  }
   if (p->paged) {
     (void)snprintf(why, len,
                    "paged KV (this backward reads dense or varlen K/V)");
@@ -238,7 +232,7 @@ static fa_status tc_backward_plan(const fa_problem *p, int rows,
                                   const char *name, fa_plan_data *d) {
   const fa_attention *a = &p->a;
   fa_gpu_fixed_plan(p, rows, 128, d);
-  d->workspace_bytes = fa_gpu_bwd_scratch(p, NULL);
+  d->workspace_bytes = fa_gpu_bwd_scratch(p, NULL, NULL);
   int64_t rows_q = (int64_t)a->batch * a->heads_q * a->seqlen_q;
   int64_t kblocks =
       (int64_t)a->batch * a->heads_kv * ((a->seqlen_k + 127) / 128);
@@ -251,9 +245,9 @@ static fa_status tc_backward_plan(const fa_problem *p, int rows,
 }
 
 /* The tensor-core backwards' common start: the D pre-pass into the plan's
-   scratch and the zeroed dQ accumulator. dQ goes through fp32 atomics, so
-   its summation order varies run to run (FA_CUDA_DETERMINISTIC declines
-   these kernels). */
+   scratch and the zeroed dQ accumulator and turn counters. dQ goes through
+   fp32 atomics, in an order that varies run to run unless
+   FA_CUDA_DETERMINISTIC gives the kernels the counters that fix it. */
 static fa_status tc_backward_start(gpu_state *st, const fa_problem *p,
                                    const fa_plan_data *plan,
                                    const fa_bwd_args *a, fa_gpu_params *q,
@@ -261,14 +255,17 @@ static fa_status tc_backward_start(gpu_state *st, const fa_problem *p,
   fa_status s = use_device(st);
   if (s) return s;
   fa_gpu_fill_backward(q, p, plan, a);
-  size_t acc_at, bytes = fa_gpu_bwd_scratch(p, &acc_at);
+  size_t acc_at, turns_at, bytes = fa_gpu_bwd_scratch(p, &acc_at, &turns_at);
   void *ws;
   if ((s = plan_scratch(st, plan, &ws))) return s;
   q->delta = ws;
   *dq_acc = (float *)((char *)ws + acc_at);
-  if (bytes > acc_at) // (an empty problem has no accumulator)
+  q->dq_turns = config("FA_CUDA_DETERMINISTIC")
+                    ? (int *)(void *)((char *)ws + turns_at)
+                    : NULL;
+  if (bytes > acc_at) // (an empty problem has neither)
     CK(cudaMemsetAsync(*dq_acc, 0, bytes - acc_at, st->stream),
-       "cudaMemsetAsync (dQ accumulator)");
+       "cudaMemsetAsync (dQ accumulator, turns)");
   return launched(fa_cuda_launch_bwd_delta(q, st->stream),
                   "backward (D = rowsum(dO o O))");
 }

@@ -87,13 +87,22 @@ static inline void fa_gpu_place_split(fa_gpu_params *q, void *ws) {
 
 /* Scratch of a tensor-core backward: D = rowsum(dO * O) (one float per lse
    row, rounded to 256 bytes), then the fp32 dQ accumulator (rows_q x
-   head_dim): *acc_at is the accumulator's offset. */
-static inline size_t fa_gpu_bwd_scratch(const fa_problem *p, size_t *acc_at) {
+   head_dim) at *acc_at, then the deterministic mode's turn counters (one
+   int per 32 q rows of each (batch, q head), at *turns_at: 1/(32 head_dim)
+   of the accumulator, so always reserved). Both are zeroed before a run. */
+static inline size_t fa_gpu_bwd_scratch(const fa_problem *p, size_t *acc_at,
+                                        size_t *turns_at) {
   const fa_attention *a = &p->a;
   size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seqlen_q;
   size_t delta = (rows * sizeof(float) + 255) & ~(size_t)255;
+  size_t acc = rows * (size_t)a->head_dim * sizeof(float);
+  size_t turns =
+      (size_t)a->batch * (size_t)a->heads_q *
+      (((size_t)a->seqlen_q + FA_GPU_TURN_ROWS - 1) / FA_GPU_TURN_ROWS) *
+      sizeof(int);
   if (acc_at) *acc_at = delta;
-  return delta + rows * (size_t)a->head_dim * sizeof(float);
+  if (turns_at) *turns_at = delta + acc;
+  return delta + acc + turns;
 }
 
 static inline const char *fa_gpu_dtype_name(fa_dtype t) {

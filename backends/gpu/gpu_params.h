@@ -26,7 +26,10 @@ typedef struct fa_gpu_params {
   fa_tensor_view d_o, dq, dk, dv;                     // backward only
   float *lse;                                         // forward output, or NULL
   const float *lse_in;                                // backward input
-  float *delta; // backward scratch: rowsum(dO * O), as lse
+  float *delta;  // backward scratch: rowsum(dO * O), as lse
+  int *dq_turns; // deterministic tensor-core backward: per (batch, q head,
+                 // 32 q rows), the key blocks that have added their dQ
+                 // (backends/cuda/common/dq_turns.cuh); NULL: any order
 
   fa_flat_plan plan; // fa_plan_flat (a kernel with a fixed tile sets its
                      // own; the backward packs no heads and splits nothing)
@@ -35,6 +38,10 @@ typedef struct fa_gpu_params {
   int only_batch;    // backward, paged: one sequence, else -1
   int pair_items;    // sm90 forward: the items' order (sm90_items.cuh)
 } fa_gpu_params;
+
+/* q rows per counter of fa_gpu_params.dq_turns (every tensor-core
+   backward's q block is a multiple). */
+#define FA_GPU_TURN_ROWS 32
 
 /* Largest head_dim / head_dim_v of the generic kernels (and of every GPU
    kernel so far). */

@@ -521,9 +521,9 @@ def backward_suite(fa, args, tdtype, fdtype):
                     if st:
                         fa.check(st, "fa_backward (sm80)")
 
-                # (NaN where it declines: FA_CUDA_DETERMINISTIC=1 sends
-                # the backward to cuda.generic, and this context has no
-                # other kernel.)
+                # (NaN where it declines; FA_CUDA_DETERMINISTIC=1, read at
+                # the library's first use, makes it and dispatch's
+                # backward add dQ in a fixed order.)
                 t_80 = time_or_nan("sm80 backward", lambda: ours80, iters,
                                    reps=3, warmup=1)
                 err80 = float("nan") if math.isnan(t_80) else max(

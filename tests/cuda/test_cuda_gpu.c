@@ -19,8 +19,11 @@
 //     access outside the tensors (compute-sanitizer runs --quick);
 //   - fa_merge_states on the device against the CPU's.
 // The float64-oracle grid is tests/xval (xval.cuda.*, xval.cuda.<kernel>.*).
-//   test_cuda_gpu [--quick]   (--quick: the small subset run under
-//                              compute-sanitizer)
+//   test_cuda_gpu [--quick | --deterministic [CASE]]
+//     --quick          the small subset run under compute-sanitizer
+//     --deterministic  FA_CUDA_DETERMINISTIC=1: each tensor-core backward
+//                      bound by name, bitwise equal run to run (CASE: only
+//                      those whose "kernel: case" name contains it)
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -294,6 +297,42 @@ static fa_status gpu_forward(inst *s, void *o, float *lse) {
   return ctx_forward(gpu, s, o, lse);
 }
 
+/* The backward of s on context c (its device o and lse) into host copies
+   g of dq, dk, dv; with `poison` (dense layouts: a paged dk/dv has pages
+   no sequence uses, which no backward writes) the device gradients are
+   0xff bytes (NaN) first, so that every element must be written. */
+static fa_status gpu_backward(fa_context *c, inst *s, void *g[3], int poison) {
+  static const int ids[3] = {DQ, DK, DV};
+  fa_status st;
+  for (int i = 0; i < 3 && poison; i++) {
+    memset(g[i], 0xff, s->x[ids[i]].bytes);
+    if ((st = fa_copy_to_device(gpu, s->x[ids[i]].g, g[i], s->x[ids[i]].bytes)))
+      return st;
+  }
+  if ((st = fa_backward(c, &s->ag, s->tg[Q], s->tg[K], s->tg[V], s->tg[O],
+                        s->tg[DO_], s->x[LSE].g, s->tg[DQ], s->tg[DK],
+                        s->tg[DV])))
+    return st;
+  for (int i = 0; i < 3; i++)
+    if ((st = fa_copy_to_host(gpu, g[i], s->x[ids[i]].g, s->x[ids[i]].bytes)))
+      return st;
+  return FA_OK;
+}
+
+/* The CPU backward of s from the GPU's o and lse (host copies), into c's
+   dq, dk, dv: both sides then differ only in the backward. */
+static fa_status cpu_backward(inst *s, const void *o, const float *lse,
+                              void *c[3]) {
+  memcpy(s->x[O].h, o, s->x[O].bytes);
+  fa_tensor oh = s->th[O], dq = s->th[DQ], dk = s->th[DK], dv = s->th[DV];
+  oh.data = s->x[O].h;
+  dq.data = c[0];
+  dk.data = c[1];
+  dv.data = c[2];
+  return fa_backward(cpu, &s->ah, s->th[Q], s->th[K], s->th[V], oh, s->th[DO_],
+                     lse, dq, dk, dv);
+}
+
 /* The kernel a forward plan of s on context c runs ("" if none). */
 static void planned_kernel(fa_context *c, inst *s, char *text, size_t n) {
   fa_plan *plan = NULL;
@@ -380,21 +419,10 @@ static void run_case(const prob *pr, int bwd) {
     void *c[3] = {calloc(1, nq), calloc(1, nk), calloc(1, nv)};
     size_t nb[3] = {nq, nk, nv};
     if (g[0] && g[1] && g[2] && c[0] && c[1] && c[2]) {
-      memcpy(s.x[O].h, o_gpu, no);
-      fa_tensor oh = s.th[O], dq = s.th[DQ], dk = s.th[DK], dvv = s.th[DV];
-      oh.data = s.x[O].h;
-      dq.data = c[0];
-      dk.data = c[1];
-      dvv.data = c[2];
-      st = fa_backward(cpu, &s.ah, s.th[Q], s.th[K], s.th[V], oh, s.th[DO_],
-                       l_gpu, dq, dk, dvv);
+      st = cpu_backward(&s, o_gpu, l_gpu, c);
       CHECK(st == FA_OK, "%s: cpu backward: %s", name, fa_last_error());
-      st2 = fa_backward(gpu, &s.ag, s.tg[Q], s.tg[K], s.tg[V], s.tg[O],
-                        s.tg[DO_], s.x[LSE].g, s.tg[DQ], s.tg[DK], s.tg[DV]);
+      st2 = gpu_backward(gpu, &s, g, 0);
       CHECK(st2 == FA_OK, "%s: gpu backward: %s", name, fa_last_error());
-      int ids[3] = {DQ, DK, DV};
-      for (int i = 0; i < 3 && !st && !st2; i++)
-        if (fa_copy_to_host(gpu, g[i], s.x[ids[i]].g, nb[i])) st2 = 1;
       if (!st && !st2) {
         double e[3];
         for (int i = 0; i < 3; i++)
@@ -419,6 +447,104 @@ done:
   free(l_gpu);
   free(l_gen);
   inst_free(&s);
+}
+
+/* ---- the deterministic backward (FA_CUDA_DETERMINISTIC=1) -------------- */
+
+/* --deterministic: each tensor-core backward, bound by name, three times on
+   the same inputs: dq, dk, dv bitwise equal every time (the key blocks add
+   dQ in a fixed order, common/dq_turns.cuh), and within the GPU-vs-CPU
+   tolerance. The shapes reach every case of the turn order: no mask (every
+   key block on every q block), causal both ways round with sq != sk (key
+   blocks that no query sees: a prefix or a suffix), a window, GQA, varlen
+   with seqused_k, more key blocks than fit one wave. */
+static void check_deterministic(const char *only) {
+  static const char *names[] = {"cuda.sm90.bf16.d128", "cuda.sm90.f16.d64",
+                                "cuda.sm80.bf16.d128", "cuda.sm80.f16.d64"};
+  const int BR = FA_CAUSAL_BOTTOM_RIGHT, TL = FA_CAUSAL_TOP_LEFT;
+  // name dt b sq sk hq hkv d dv causal wl wr cap alibi sinks layout page
+  static const prob cases[] = {
+      {"full", FA_BF16, 2, 1100, 1300, 8, 2, 128, 128, 0, -1, -1, 0, 0, 0, 0,
+       0},
+      {"causal br", FA_BF16, 2, 700, 1500, 8, 8, 128, 128, BR, -1, -1, 0, 0, 0,
+       0, 0},
+      {"causal tl", FA_BF16, 1, 500, 1200, 12, 4, 128, 128, TL, -1, -1, 0, 0, 0,
+       0, 0},
+      {"window", FA_BF16, 2, 1000, 1000, 4, 1, 128, 128, 0, 200, 70, 0, 0, 0, 0,
+       0},
+      {"window left only", FA_BF16, 1, 900, 1400, 8, 2, 128, 128, BR, 300, -1,
+       0, 0, 0, 0, 0},
+      {"varlen causal", FA_BF16, 4, 600, 800, 8, 2, 128, 128, BR, -1, -1, 0, 0,
+       0, 1, 0},
+      {"long causal", FA_BF16, 1, 4096, 4096, 32, 4, 128, 128, BR, -1, -1, 0, 0,
+       0, 0, 0},
+  };
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    fa_context *c = NULL;
+    if (fa_context_create_by_name(&c, names[k])) {
+      printf("%s: not usable here (%s): skipped\n", names[k], fa_last_error());
+      continue;
+    }
+    const int d = strstr(names[k], ".d64") ? 64 : 128;
+    const fa_dtype dt = strstr(names[k], ".f16.") ? FA_F16 : FA_BF16;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      prob pr = cases[i];
+      pr.d = pr.dv = d;
+      pr.dt = dt;
+      char name[300], base[256];
+      describe(&pr, base, sizeof base);
+      snprintf(name, sizeof name, "%s: %s", names[k], base);
+      if (only && !strstr(name, only)) continue;
+      inst s;
+      void *g[3][3] = {{0}}, *cq[3] = {0};
+      void *o = NULL;
+      float *l = NULL;
+      if (inst_make(&s, &pr)) {
+        CHECK(0, "%s: setup failed: %s", name, fa_last_error());
+        inst_free(&s);
+        fa_context_destroy(c);
+        return;
+      }
+      const size_t nb[3] = {s.x[DQ].bytes, s.x[DK].bytes, s.x[DV].bytes};
+      int ok = (o = malloc(s.x[O].bytes)) && (l = malloc(s.x[LSE].bytes));
+      for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 3; t++) ok = ok && (g[r][t] = malloc(nb[t]));
+      for (int t = 0; t < 3; t++) ok = ok && (cq[t] = calloc(1, nb[t]));
+      fa_status st = ok ? gpu_forward(&s, o, l) : FA_ERR_OUT_OF_MEMORY;
+      CHECK(st == FA_OK, "%s: forward: %s", name, fa_last_error());
+      for (int r = 0; r < 3 && !st; r++) {
+        st = gpu_backward(c, &s, g[r], 1);
+        CHECK(st == FA_OK, "%s: backward %d: %s", name, r, fa_last_error());
+      }
+      if (!st) {
+        for (int r = 1; r < 3; r++)
+          for (int t = 0; t < 3; t++)
+            CHECK(!memcmp(g[r][t], g[0][t], nb[t]),
+                  "%s: run %d's %s differs from run 0's bit for bit", name, r,
+                  t == 0   ? "dq"
+                  : t == 1 ? "dk"
+                           : "dv");
+        st = cpu_backward(&s, o, l, cq);
+        CHECK(st == FA_OK, "%s: cpu backward: %s", name, fa_last_error());
+        double e[3] = {0, 0, 0}, tb = tol(dt);
+        for (int t = 0; t < 3 && !st; t++)
+          e[t] = diff(cq[t], g[0][t], dt, nb[t] / ts_dtype_size(dt));
+        CHECK(!st && e[0] <= tb && e[1] <= tb && e[2] <= tb,
+              "%s: gpu vs cpu: dq %.2e dk %.2e dv %.2e (tol %.1e)", name, e[0],
+              e[1], e[2], tb);
+        printf("%-110s deterministic: dq %.1e dk %.1e dv %.1e\n", name, e[0],
+               e[1], e[2]);
+      }
+      free(o);
+      free(l);
+      for (int t = 0; t < 3; t++) {
+        free(cq[t]);
+        for (int r = 0; r < 3; r++) free(g[r][t]);
+      }
+      inst_free(&s);
+    }
+    fa_context_destroy(c);
+  }
 }
 
 /* ---- plumbing
@@ -860,6 +986,9 @@ static void check_positions(void) {
 
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  int deterministic = argc > 1 && !strcmp(argv[1], "--deterministic");
+  // The library reads its switches once, at first use: before any context.
+  if (deterministic) setenv("FA_CUDA_DETERMINISTIC", "1", 1);
   if (fa_context_create_by_name(&gpu, "cuda")) {
     printf("SKIP: backend cuda is not usable here: %s\n", fa_last_error());
     return TS_SKIP;
@@ -876,7 +1005,16 @@ int main(int argc, char **argv) {
   ts_rng_seed(&rng, seed);
   printf("test_cuda_gpu: seed 0x%llx, cpu backend %s%s\n",
          (unsigned long long)seed, fa_context_backend(cpu),
-         quick ? " (quick)" : "");
+         quick           ? " (quick)"
+         : deterministic ? " (deterministic)"
+                         : "");
+  if (deterministic) {
+    check_deterministic(argc > 2 ? argv[2] : NULL);
+    fa_context_destroy(gpu);
+    fa_context_destroy(gen);
+    fa_context_destroy(cpu);
+    return ut_finish("cuda.gpu.deterministic");
+  }
   // Deliberate API errors would count as errors under compute-sanitizer.
   if (!quick) check_memory_and_errors();
   check_stream();
@@ -945,6 +1083,11 @@ int main(int argc, char **argv) {
        BR, -1, -1, 30.0f, 1, 1, 0, 0},
       {"sm90 d128 top-left", FA_BF16, 2, 900, 600, 40, 20, 128, 128, TL, -1, -1,
        0, 0, 0, 0, 0},
+      // Top-left causal with sq < sk: key blocks that no query sees (the
+      // sm90 backward walked a q block past the sequence for them, and
+      // zeroed its rows at a negative offset in shared memory).
+      {"d128 top-left short q", FA_BF16, 1, 500, 1200, 12, 4, 128, 128, TL, -1,
+       -1, 0, 0, 0, 0, 0},
       {"sm90 d64 varlen odd", FA_BF16, 5, 333, 251, 36, 36, 64, 64, BR, -1, -1,
        0, 0, 0, 1, 0},
       // The sm90 backward zeroes key rows past seqused_k in its tiles.

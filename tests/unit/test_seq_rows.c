@@ -82,6 +82,9 @@ static void compare(const fa_problem *p, const fa_caps *caps,
     for (int j = 0; j < lk; j++) {
       int i0, i1, first = -1, last = -1;
       fa_flat_queries_of_key(&f, j, lq, lk, &i0, &i1);
+      CHECK(0 <= i0 && i0 <= i1 && i1 <= lq,
+            "%s: key %d: queries [%d, %d) outside [0, %d]", what, j, i0, i1,
+            lq);
       for (int i = 0; i < lq; i++) {
         int lo, hi;
         fa_visible_keys(p, shift, i, lk, &lo, &hi);

@@ -15,7 +15,8 @@
 #ifndef FA_CUDA_SM80_BWD_CUH
 #define FA_CUDA_SM80_BWD_CUH
 
-#include "common/dq_store.cuh"
+#include "common/dq_store.cuh" // the accumulator -> dq conversion
+#include "common/dq_turns.cuh" // the deterministic order of the adds
 #include "sm80_fwd.cuh"
 
 namespace fa_sm80 {
@@ -61,8 +62,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t4 = lane & 3;
+  // (Deterministic dQ numbers a head's key blocks the other way round:
+  // common/dq_turns.cuh.)
   const int nkb = (p.prob.seqlen_k + BK - 1) / BK;
-  const int jb = (int)(blockIdx.x % nkb);
+  const bool turns = p.dq_turns != nullptr;
+  const int jb = fa_cuda::bwd_key_block((int)(blockIdx.x % nkb), nkb, turns);
   const int hk = (int)(blockIdx.x / nkb % p.prob.heads_kv);
   const int b = (int)(blockIdx.x / nkb / p.prob.heads_kv);
   const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
@@ -93,8 +97,6 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 #pragma unroll
     for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-  int i_begin, i_end; // queries that see some key of the block
-  fa_flat_queries_of_keys(&p.prob, col0, BK, sq, sk, &i_begin, &i_end);
   // This thread's keys (rows g and g + 8 of the warp's 16) and the queries
   // each sees: the per-element mask.
   const int kw = warp * 16;
@@ -109,8 +111,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
 
   // Work items t = (q head of the group, q block): Q, dO, LSE and D of
   // item t + 1 load into the other buffer while item t computes.
-  const int r_first = i_begin / BQ * BQ;
-  const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
+  int r_first, nrb; // the q blocks that see some key of the block
+  fa_cuda::bwd_q_blocks<BQ, BK>(&p.prob, col0, sq, sk, &r_first, &nrb);
   const int items = nrb * p.prob.group;
   auto load_q = [&](int t, int buf) {
     const int h = hk * p.prob.group + t / nrb, r0 = r_first + t % nrb * BQ;
@@ -141,6 +143,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
       sDl[buf * BQ + tid] = dl;
     }
   };
+  int *pending = nullptr; // deterministic: the turn this CTA passes next
   if (items > 0) load_q(0, 0);
   cp_async_commit();
   cp_async_wait<0>(); // K, V and the first item
@@ -235,6 +238,18 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
                                         2 * t4) =
               pack2<T>(dp[n][2 * hr], dp[n][2 * hr + 1]);
       __syncthreads();
+      // (Deterministic: every thread's adds of the last item are behind
+      // this barrier: the next key block's turn at that q block.)
+      if (pending && tid == 0) fa_cuda::dq_pass_turn(pending);
+      pending = nullptr;
+      // Deterministic: this q block's counter and turn, and a first look
+      // while the tensor cores compute dQ.
+      int *counter = nullptr, turn = 0, seen = 0;
+      if (turns) {
+        counter = fa_cuda::dq_turn_counter(p, b, h, r0);
+        turn = fa_gpu_dq_turn(&p.prob, jb, nkb, r0, BQ, BK, sq, sk);
+        seen = fa_cuda::dq_turn_peek(counter);
+      }
       constexpr int NDW = DW / 8;
       const int qw = (warp % RG) * 16, dw = (warp / RG) * DW;
       float dq[NDW][4];
@@ -260,6 +275,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
           ops<T>::mma(dq[2 * np + 1], a, bk[2], bk[3]);
         }
       }
+      // Deterministic: wait for this q block's turn (the other CTAs' adds).
+      if (turns) fa_cuda::dq_wait_turn(counter, turn, seen);
 #pragma unroll
       for (int hr = 0; hr < 2; hr++) {
         const int i = r0 + qw + g + 8 * hr;
@@ -273,12 +290,15 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
           atomicAdd(row + n * 8 + 2 * t4 + 1, dq[n][2 * hr + 1]);
         }
       }
+      pending = counter;  // (null unless deterministic)
       cp_async_wait<0>(); // the next item's Q, dO have landed
       __syncthreads();    // and nobody reads this buffer or dS^T any more
     }
   }
+  if (pending && tid == 0) // the last item's turn (after the loop's barrier)
+    fa_cuda::dq_pass_turn(pending);
 
-  // ---- dK, dV of this warp's keys; rows past seqused_k get zeros ----
+    // ---- dK, dV of this warp's keys; rows past seqused_k get zeros ----
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int j = col0 + kw + g + 8 * hr;

@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "common/dq_store.cuh" // the accumulator -> dq conversion
+#include "common/dq_turns.cuh" // the deterministic order of the adds
 #include "common/ptx.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma_sync.cuh"
@@ -162,17 +163,19 @@ __global__ void __launch_bounds__(256, 1)
   // overflowed the 50 MB L2 and every reduction went to HBM. Head-major
   // (run 26): d128 s 1k full 255 -> 302 TFLOPS, causal 192 -> 219; 16k
   // equal or better; causal 4k-8k 3-4% lower.
+  // (Deterministic dQ numbers a head's key blocks the other way round:
+  // common/dq_turns.cuh.)
   const int nkb = (p.prob.seqlen_k + BN - 1) / BN;
-  const int jb = (int)(blockIdx.x % nkb), bh = (int)(blockIdx.x / nkb);
+  const bool turns = p.dq_turns != nullptr;
+  const int jb = fa_cuda::bwd_key_block((int)(blockIdx.x % nkb), nkb, turns),
+            bh = (int)(blockIdx.x / nkb);
   const int hk = bh % p.prob.heads_kv, b = bh / p.prob.heads_kv;
   const int sq = fa_seq_rows_q(&p.prob, b), sk = fa_seq_rows_k(&p.prob, b);
   const int storage = fa_seq_storage_k(&p.prob, b), col0 = jb * BN;
   if (col0 >= storage) return;
 
-  int i_begin, i_end; // queries that see some key of the block
-  fa_flat_queries_of_keys(&p.prob, col0, BN, sq, sk, &i_begin, &i_end);
-  const int r_first = i_begin / BQ * BQ;
-  const int nrb = i_end > r_first ? (i_end - r_first + BQ - 1) / BQ : 0;
+  int r_first, nrb; // the q blocks that see some key of the block
+  fa_cuda::bwd_q_blocks<BQ, BN>(&p.prob, col0, sq, sk, &r_first, &nrb);
   const int steps = nrb * p.prob.group;
   // This thread's keys (rows g and g + 8 of its warp's 16) and the
   // queries each sees: the per-element mask.
@@ -252,6 +255,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int e = 0; e < D / 2; e++) dv[e] = dk[e] = 0.0f;
   const float sl2 = p.prob.scale * kLog2e;
+  int *pending = nullptr; // deterministic: the turn this CTA passes next
 
   for (int t = 0; t < steps; t++) {
     const int s = t % NS, h = head_of(t), r0 = row_of(t);
@@ -360,9 +364,12 @@ __global__ void __launch_bounds__(256, 1)
     wg_commit();
 
     // Both warpgroups' dS are stored; everyone is done with step t - 1, so
-    // its ring slot takes step t + NS - 1's copies.
+    // its ring slot takes step t + NS - 1's copies (and, deterministic, the
+    // next key block its turn at step t - 1's q block).
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
+    if (pending && tid == 0) fa_cuda::dq_pass_turn(pending);
+    pending = nullptr;
     if (t + NS - 1 < steps) {
       if (tid == 0) issue_q(t + NS - 1);
       issue_ld(t + NS - 1);
@@ -383,11 +390,20 @@ __global__ void __launch_bounds__(256, 1)
             desc_sw128(sK + cols + ks * 16 * 128, BN * 128, 1024), ks > 0);
     }
     wg_commit();
+    // Deterministic: this q block's counter and turn, and a first look.
+    int *counter = nullptr, turn = 0, seen = 0;
+    if (turns) {
+      counter = fa_cuda::dq_turn_counter(p, b, h, r0);
+      turn = fa_gpu_dq_turn(&p.prob, jb, nkb, r0, BQ, BN, sq, sk);
+      seen = fa_cuda::dq_turn_peek(counter);
+    }
     wg_wait<0>();
     pin(dq);
     pin(dv);
     pin(dk);
 
+    // Deterministic: wait for this q block's turn (the other CTAs' adds).
+    if (turns) fa_cuda::dq_wait_turn(counter, turn, seen);
     // 16 bytes per reduction: lanes t4 and t4 ^ 1 swap halves, so that an
     // even t4 holds 4 consecutive columns of row g, an odd one of row g + 8.
     {
@@ -412,6 +428,11 @@ __global__ void __launch_bounds__(256, 1)
         }
       }
     }
+    pending = counter; // (null unless deterministic)
+  }
+  if (pending) { // the last step's turn
+    __syncthreads();
+    if (tid == 0) fa_cuda::dq_pass_turn(pending);
   }
 
   // ---- dK, dV of this thread's keys; rows past seqused_k get zeros ----
