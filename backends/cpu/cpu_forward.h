@@ -63,7 +63,8 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
   for (int x = 0; x < nruns; x++) {
     const int lane0 = kvt > 1 ? (x / kvt) * pk + (x % kvt) * lpk : 0;
     if (it->fp8)
-      scores_fp8(p, t, ws, args, &it->fr, x % kvt, nc, lane0, run_len);
+      scores_fp8(p, t, ws, args, &it->ln, b, &it->fr, x % kvt, nc, lane0,
+                 run_len);
     else
       scores_rows(p, t, ws, kh[x % kvt], ldk, nc, lane0, run_len);
   }

@@ -25,6 +25,13 @@
 /* Most keys of one block whose row offsets are kept (cpu.amxbf16.bf16 plans
    blocks of 256). */
 #define FA_FP8_ROW_KEYS 256
+/* 0 sends bf16 rows through the widened dot products also where
+   AVX512-BF16 could take them (for measuring scores_bf16_dp). */
+#ifndef FA_ROWS_DPBF16
+#define FA_ROWS_DPBF16 1
+#endif
+/* Largest head_dim scores_bf16_dp takes (its row of zeros). */
+#define FA_MAX_DIM_DP 512
 
 /* What one work item's FP8 rows need: per key of the current block, the
    byte offsets of its K and V rows for the first kv head of the tile
@@ -161,11 +168,79 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
   }
 }
 
+#if defined(__AVX512BF16__) && FA_VW == 16
+/* bf16 rows with AVX512-BF16: q . k by vdpbf16ps on the pairs as stored
+   (each fp32 lane adds the products of two adjacent values of d; the
+   products are exact, as in the bf16 step's scores), then times the scale:
+   no widening of K and a quarter of the vector operations of the widened
+   dot products, which bound decode on a core whose 512-bit FMAs run at
+   half rate (bench/NOTES.md). q comes from the tensor (bf16, no descale),
+   four lanes at a time, two keys per q load; lanes past nr read zeros. */
+static void scores_bf16_dp(const fa_problem *p, const fa_fwd_args *args,
+                           const cpu_lanes *ln, int b, float *s, int bq,
+                           const uint8_t *kb, const uint8_t *vb,
+                           const cpu_fp8_rows *fr, int nc, int lane0, int nr) {
+  static const uint16_t zeros[FA_MAX_DIM_DP] = {0};
+  const int d = p->a.head_dim, dv = p->a.head_dim_v;
+  const __m512 scale = _mm512_set1_ps(p->a.scale);
+  for (int r0 = 0; r0 < nr; r0 += 4) {
+    const uint16_t *q[4];
+    for (int y = 0; y < 4; y++) {
+      const int lane = lane0 + r0 + y;
+      q[y] = r0 + y < nr
+                 ? (const uint16_t *)args->q.data +
+                       fa_q_offset(p, &args->q, b, ln->row0 + lane / ln->pk,
+                                   ln->h0 + lane % ln->pk)
+                 : zeros;
+    }
+    for (int c = 0; c < nc; c += 2) {
+      const int two = c + 1 < nc;
+      if (r0 == 0)
+        for (int e = c; e < c + 1 + two; e++) {
+          if (e + FA_PREFETCH_KEYS < nc)
+            for (int off = 0; off < d * 2; off += 64)
+              __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off);
+          for (int off = 0; off < dv * 2; off += 64)
+            __builtin_prefetch(vb + fr->voff[e] + off);
+        }
+      const uint16_t *k0 = (const uint16_t *)(const void *)(kb + fr->koff[c]);
+      const uint16_t *k1 =
+          (const uint16_t *)(const void *)(kb + fr->koff[c + two]);
+      fa_vf a[4], z[4];
+      for (int y = 0; y < 4; y++) a[y] = z[y] = _mm512_setzero_ps();
+      for (int i = 0; i < d; i += 32) {
+        const __m512bh kv0 = (__m512bh)_mm512_loadu_si512(k0 + i);
+        const __m512bh kv1 = (__m512bh)_mm512_loadu_si512(k1 + i);
+#pragma GCC unroll 4
+        for (int y = 0; y < 4; y++) {
+          const __m512bh qv = (__m512bh)_mm512_loadu_si512(q[y] + i);
+          a[y] = _mm512_dpbf16_ps(a[y], qv, kv0);
+          z[y] = _mm512_dpbf16_ps(z[y], qv, kv1);
+        }
+      }
+      for (int y = 0; y < 4; y++) {
+        a[y] = _mm512_mul_ps(a[y], scale);
+        z[y] = _mm512_mul_ps(z[y], scale);
+      }
+      float sum0[4], sum1[4];
+      vf_hsum4(a, sum0);
+      vf_hsum4(z, sum1);
+      float *s0 = s + (size_t)c * bq + lane0 + r0;
+      for (int y = 0; y < 4 && r0 + y < nr; y++) {
+        s0[y] = sum0[y];
+        if (two) s0[bq + y] = sum1[y];
+      }
+    }
+  }
+}
+#endif
+
 /* S^T[c][r] = q_r . (descaled k_c) for lanes [lane0, lane0 + nr) of kv head
-   hk + x. */
+   hk + x (ln, b: the item's lanes and sequence). */
 static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
-                       const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
-                       int nc, int lane0, int nr) {
+                       const fa_fwd_args *args, const cpu_lanes *ln, int b,
+                       const cpu_fp8_rows *fr, int x, int nc, int lane0,
+                       int nr) {
   const uint8_t *kb =
       (const uint8_t *)args->k.data + x * args->k.stride_head * fr->esz;
   const uint8_t *vb =
@@ -174,6 +249,15 @@ static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
   const fa_vf kx = vf_set1(fr->kx[x]);
   const int d = p->a.head_dim, dv = p->a.head_dim_v;
   float *s = ws + t->s;
+#if defined(__AVX512BF16__) && FA_VW == 16
+  if (FA_ROWS_DPBF16 && p->dtype == FA_BF16 && d % 32 == 0 &&
+      d <= FA_MAX_DIM_DP && !args->q.descale) {
+    scores_bf16_dp(p, args, ln, b, s, t->bq, kb, vb, fr, nc, lane0, nr);
+    return;
+  }
+#endif
+  (void)ln;
+  (void)b;
   if (p->dtype == FA_F32)
     scores_fp8_kind(FA_ROWS_F32, d, dv, t->ld, t->bq, qr, s, kb, vb, fr, kx, nc,
                     lane0, nr);
