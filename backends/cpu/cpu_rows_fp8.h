@@ -350,6 +350,103 @@ FA_ALWAYS_INLINE void pv_fp8_kind(const int kind, const cpu_tiles *t,
    time, a lane alone where its visible keys differ from its neighbours'
    (rows of a speculative step packed in one tile). e4m3 V rows are
    decoded raw unless one of the visible rows holds a NaN code. */
+#if defined(__AVX512BF16__) && FA_VW == 16
+/* bf16 rows with AVX512-BF16: O[r][:] += P.V for N lanes from r0 sharing
+   the visible keys [lo, hi), by vdpbf16ps on pairs of keys: P rounded to
+   bf16 (as the bf16 step does), V rows c and c + 1 interleaved by 16-bit
+   unpacks (an odd last key is paired with zeros, not with the next row,
+   which may be another sequence's or NaN). An unpack works within 128-bit
+   lanes, so each fp32 accumulator holds its 16 dims in a fixed
+   permutation (unpacklo: dims 0-3, 8-11, 16-19, 24-27 of 32; unpackhi
+   the others), undone once per block when the sums are added to O.
+   Per key and lane 2 vdpbf16ps at dv = 64 against 4 widenings and 4 FMAs.
+   dv: a multiple of 64. */
+FA_ALWAYS_INLINE void pv_bf16_dp_lanes(const int N, const cpu_tiles *t,
+                                       const float *s, const uint8_t *vb,
+                                       const cpu_fp8_rows *fr, int dv, int r0,
+                                       int lo, int hi, float *o) {
+  const int bq = t->bq, ldo = t->ldv;
+  const __m512i lo16 =
+      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi16 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13,
+                                         14, 15, 28, 29, 30, 31);
+  for (int i = 0; i < dv; i += 64) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int y = 0; y < N; y++)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) acc[y][j] = _mm512_setzero_ps();
+    for (int c = lo; c < hi; c += 2) {
+      const int two = c + 1 < hi;
+      const uint16_t *v0 = (const uint16_t *)(const void *)(vb + fr->voff[c]);
+      const __m512i a0 = _mm512_loadu_si512(v0 + i);
+      const __m512i b0 = _mm512_loadu_si512(v0 + i + 32);
+      __m512i a1 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+      if (two) {
+        const uint16_t *v1 =
+            (const uint16_t *)(const void *)(vb + fr->voff[c + 1]);
+        a1 = _mm512_loadu_si512(v1 + i);
+        b1 = _mm512_loadu_si512(v1 + i + 32);
+      }
+      const __m512bh u[4] = {(__m512bh)_mm512_unpacklo_epi16(a0, a1),
+                             (__m512bh)_mm512_unpackhi_epi16(a0, a1),
+                             (__m512bh)_mm512_unpacklo_epi16(b0, b1),
+                             (__m512bh)_mm512_unpackhi_epi16(b0, b1)};
+      // P of keys c, c + 1 for lanes r0 .. r0 + 3 (lanes past N unused), as
+      // bf16 pairs: word 2y key c, word 2y + 1 key c + 1.
+      const __m128 pc = _mm_loadu_ps(s + (size_t)c * bq + r0);
+      const __m128 pn =
+          two ? _mm_loadu_ps(s + (size_t)(c + 1) * bq + r0) : _mm_setzero_ps();
+      const __m128i pp = _mm_unpacklo_epi16((__m128i)_mm_cvtneps_pbh(pc),
+                                            (__m128i)_mm_cvtneps_pbh(pn));
+      int32_t pw[4];
+      _mm_storeu_si128((__m128i *)(void *)pw, pp);
+#pragma GCC unroll 4
+      for (int y = 0; y < N; y++) {
+        const __m512bh pr = (__m512bh)_mm512_set1_epi32(pw[y]);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+          acc[y][j] = _mm512_dpbf16_ps(acc[y][j], pr, u[j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int y = 0; y < N; y++) {
+      float *orow = o + (size_t)(r0 + y) * ldo + i;
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; h++) {
+        const __m512 l = acc[y][2 * h], u2 = acc[y][2 * h + 1];
+        float *od = orow + 32 * h;
+        _mm512_storeu_ps(od,
+                         _mm512_add_ps(_mm512_loadu_ps(od),
+                                       _mm512_permutex2var_ps(l, lo16, u2)));
+        _mm512_storeu_ps(od + 16,
+                         _mm512_add_ps(_mm512_loadu_ps(od + 16),
+                                       _mm512_permutex2var_ps(l, hi16, u2)));
+      }
+    }
+  }
+}
+
+static void pv_bf16_dp(const cpu_tiles *t, const float *s, const uint8_t *vb,
+                       const cpu_fp8_rows *fr, int dv, int r, int n, int lo,
+                       int hi, float *o) {
+  switch (n) {
+  case 4:
+    pv_bf16_dp_lanes(4, t, s, vb, fr, dv, r, lo, hi, o);
+    break;
+  case 3:
+    pv_bf16_dp_lanes(3, t, s, vb, fr, dv, r, lo, hi, o);
+    break;
+  case 2:
+    pv_bf16_dp_lanes(2, t, s, vb, fr, dv, r, lo, hi, o);
+    break;
+  default:
+    pv_bf16_dp_lanes(1, t, s, vb, fr, dv, r, lo, hi, o);
+    break;
+  }
+}
+#endif
+
 static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
                    const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
                    int lane0, int nr, const int *lo, const int *hi, float *o) {
@@ -369,6 +466,10 @@ static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
       nan = vf_e4m3_any_nan(vb + fr->voff[c], dv);
     if (p->dtype == FA_F32)
       pv_fp8_kind(FA_ROWS_F32, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
+#if defined(__AVX512BF16__) && FA_VW == 16
+    else if (FA_ROWS_DPBF16 && p->dtype == FA_BF16 && dv % 64 == 0)
+      pv_bf16_dp(t, s, vb, fr, dv, r, n, lo[r], hi[r], o);
+#endif
     else if (p->dtype == FA_BF16)
       pv_fp8_kind(FA_ROWS_BF16, t, s, vb, fr, vx, dv, r, n, lo[r], hi[r], o);
     else if (p->dtype == FA_F16)
