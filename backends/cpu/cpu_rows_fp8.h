@@ -6,9 +6,11 @@
 // decode step is one pass over the cache: a quarter of the bytes of an
 // fp32 tile copy, half of a bf16 cache's, and no tile store and reload.
 // bf16 and f16 caches (without descale factors) take the same path, their
-// rows widened in registers (vf_widen): the tile copy was half the time of
-// a bf16 decode step; so do fp32 caches, their rows loaded as they are (the
-// copy, a call per row, held the step to ~13 GB/s with every row in L2).
+// rows widened in registers (vf_widen; bf16 rows with AVX512-BF16 are used
+// as stored, by vdpbf16ps: scores_bf16_dp, pv_bf16_dp): the tile copy was half
+// the time of a bf16 decode step; so do fp32 caches, their rows loaded as they
+// are (the copy, a call per row, held the step to ~13 GB/s with every row in
+// L2).
 //
 // Part of cpu_kernels.h (compiled once per ISA); the forward's small-tile
 // path calls these when fp8_rows_plan() accepts the work item: FP8 inputs,
@@ -173,9 +175,10 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
    (each fp32 lane adds the products of two adjacent values of d; the
    products are exact, as in the bf16 step's scores), then times the scale:
    no widening of K and a quarter of the vector operations of the widened
-   dot products, which bound decode on a core whose 512-bit FMAs run at
-   half rate (bench/NOTES.md). q comes from the tensor (bf16, no descale),
-   four lanes at a time, two keys per q load; lanes past nr read zeros. */
+   dot products, which bound decode where keys stream from L3 or one core
+   reads DRAM (bench/NOTES.md, Zen 5). q comes from the tensor (bf16, no
+   descale), four lanes at a time, two keys per q load; lanes past nr read
+   zeros. */
 static void scores_bf16_dp(const fa_problem *p, const fa_fwd_args *args,
                            const cpu_lanes *ln, int b, float *s, int bq,
                            const uint8_t *kb, const uint8_t *vb,
@@ -346,10 +349,6 @@ FA_ALWAYS_INLINE void pv_fp8_kind(const int kind, const cpu_tiles *t,
   }
 }
 
-/* P.V for lanes [lane0, lane0 + nr) of kv head hk + x: lanes four at a
-   time, a lane alone where its visible keys differ from its neighbours'
-   (rows of a speculative step packed in one tile). e4m3 V rows are
-   decoded raw unless one of the visible rows holds a NaN code. */
 #if defined(__AVX512BF16__) && FA_VW == 16
 /* bf16 rows with AVX512-BF16: O[r][:] += P.V for N lanes from r0 sharing
    the visible keys [lo, hi), by vdpbf16ps on pairs of keys: P rounded to
@@ -447,6 +446,10 @@ static void pv_bf16_dp(const cpu_tiles *t, const float *s, const uint8_t *vb,
 }
 #endif
 
+/* P.V for lanes [lane0, lane0 + nr) of kv head hk + x: lanes four at a
+   time, a lane alone where its visible keys differ from its neighbours'
+   (rows of a speculative step packed in one tile). e4m3 V rows are
+   decoded raw unless one of the visible rows holds a NaN code. */
 static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
                    const fa_fwd_args *args, const cpu_fp8_rows *fr, int x,
                    int lane0, int nr, const int *lo, const int *hi, float *o) {

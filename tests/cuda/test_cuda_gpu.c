@@ -458,7 +458,8 @@ done:
    key block on every q block), causal both ways round with sq != sk (key
    blocks that no query sees: a prefix or a suffix), a window, GQA, varlen
    with seqused_k, more key blocks than fit one wave. */
-static void check_deterministic(const char *only) {
+/* Returns how many of the kernels could run here (0: the test SKIPs). */
+static int check_deterministic(const char *only) {
   static const char *names[] = {"cuda.sm90.bf16.d128", "cuda.sm90.f16.d64",
                                 "cuda.sm80.bf16.d128", "cuda.sm80.f16.d64"};
   const int BR = FA_CAUSAL_BOTTOM_RIGHT, TL = FA_CAUSAL_TOP_LEFT;
@@ -479,12 +480,14 @@ static void check_deterministic(const char *only) {
       {"long causal", FA_BF16, 1, 4096, 4096, 32, 4, 128, 128, BR, -1, -1, 0, 0,
        0, 0, 0},
   };
+  int usable = 0;
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
     fa_context *c = NULL;
     if (fa_context_create_by_name(&c, names[k])) {
       printf("%s: not usable here (%s): skipped\n", names[k], fa_last_error());
       continue;
     }
+    usable++;
     const int d = strstr(names[k], ".d64") ? 64 : 128;
     const fa_dtype dt = strstr(names[k], ".f16.") ? FA_F16 : FA_BF16;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -503,7 +506,7 @@ static void check_deterministic(const char *only) {
         CHECK(0, "%s: setup failed: %s", name, fa_last_error());
         inst_free(&s);
         fa_context_destroy(c);
-        return;
+        return usable;
       }
       const size_t nb[3] = {s.x[DQ].bytes, s.x[DK].bytes, s.x[DV].bytes};
       int ok = (o = malloc(s.x[O].bytes)) && (l = malloc(s.x[LSE].bytes));
@@ -545,6 +548,7 @@ static void check_deterministic(const char *only) {
     }
     fa_context_destroy(c);
   }
+  return usable;
 }
 
 /* ---- plumbing
@@ -1009,10 +1013,14 @@ int main(int argc, char **argv) {
          : deterministic ? " (deterministic)"
                          : "");
   if (deterministic) {
-    check_deterministic(argc > 2 ? argv[2] : NULL);
+    const int usable = check_deterministic(argc > 2 ? argv[2] : NULL);
     fa_context_destroy(gpu);
     fa_context_destroy(gen);
     fa_context_destroy(cpu);
+    if (!usable) {
+      printf("SKIP: no tensor-core backward is usable on this device\n");
+      return TS_SKIP;
+    }
     return ut_finish("cuda.gpu.deterministic");
   }
   // Deliberate API errors would count as errors under compute-sanitizer.

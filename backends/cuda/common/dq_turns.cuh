@@ -32,30 +32,21 @@
 
 namespace fa_cuda {
 
-/* Rows per counter: each kernel's q block is a multiple (32 or 64 rows at
-   sm80, 64 or 128 at sm90), so that one layout serves both. */
-constexpr int kTurnRows = FA_GPU_TURN_ROWS;
-
 /* The key block of CTA x of a head's nkb: in order, or (deterministic) the
    last first. */
 __device__ __forceinline__ int bwd_key_block(int x, int nkb, bool turns) {
   return turns ? nkb - 1 - x : x;
 }
 
-/* fa_gpu_bwd_q_blocks for the kernel's tile. */
-template <int BQ, int BK>
-__device__ __forceinline__ void bwd_q_blocks(const fa_flat_problem *f, int col0,
-                                             int sq, int sk, int *r_first,
-                                             int *nrb) {
-  fa_gpu_bwd_q_blocks(f, col0, BQ, BK, sq, sk, r_first, nrb);
-}
-
-/* The counter of q block r0 (of the q head h, sequence b). */
+/* The counter of q block r0 (of the q head h, sequence b): one per
+   FA_GPU_TURN_ROWS rows, which divide every kernel's q block (32 or 64
+   rows at sm80, 64 or 128 at sm90), so that one layout serves both. */
 __device__ __forceinline__ int *dq_turn_counter(const fa_gpu_params &p, int b,
                                                 int h, int r0) {
-  const int64_t per_head = (p.prob.seqlen_q + kTurnRows - 1) / kTurnRows;
+  const int64_t per_head =
+      (p.prob.seqlen_q + FA_GPU_TURN_ROWS - 1) / FA_GPU_TURN_ROWS;
   return p.dq_turns + ((int64_t)b * p.prob.heads_q + h) * per_head +
-         r0 / kTurnRows;
+         r0 / FA_GPU_TURN_ROWS;
 }
 
 /* The first look at a q block's counter (lane 0 of each warp; the other

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
   // Work items t = (q head of the group, q block): Q, dO, LSE and D of
   // item t + 1 load into the other buffer while item t computes.
   int r_first, nrb; // the q blocks that see some key of the block
-  fa_cuda::bwd_q_blocks<BQ, BK>(&p.prob, col0, sq, sk, &r_first, &nrb);
+  fa_gpu_bwd_q_blocks(&p.prob, col0, BQ, BK, sq, sk, &r_first, &nrb);
   const int items = nrb * p.prob.group;
   auto load_q = [&](int t, int buf) {
     const int h = hk * p.prob.group + t / nrb, r0 = r_first + t % nrb * BQ;
@@ -295,10 +295,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32)
       __syncthreads();    // and nobody reads this buffer or dS^T any more
     }
   }
-  if (pending && tid == 0) // the last item's turn (after the loop's barrier)
+  if (pending && tid == 0) { // the last item's turn (after the loop's barrier)
     fa_cuda::dq_pass_turn(pending);
+  }
 
-    // ---- dK, dV of this warp's keys; rows past seqused_k get zeros ----
+  // ---- dK, dV of this warp's keys; rows past seqused_k get zeros ----
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
     const int j = col0 + kw + g + 8 * hr;

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(256, 1)
   if (col0 >= storage) return;
 
   int r_first, nrb; // the q blocks that see some key of the block
-  fa_cuda::bwd_q_blocks<BQ, BN>(&p.prob, col0, sq, sk, &r_first, &nrb);
+  fa_gpu_bwd_q_blocks(&p.prob, col0, BQ, BN, sq, sk, &r_first, &nrb);
   const int steps = nrb * p.prob.group;
   // This thread's keys (rows g and g + 8 of its warp's 16) and the
   // queries each sees: the per-element mask.
