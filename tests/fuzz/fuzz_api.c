@@ -31,6 +31,9 @@
 #include "ts_kernels.h"
 
 int verbose;
+// FZ_CASE: print each input's decoded case before its calls (run_fuzz.sh
+// replays a timed-out input so, to name the problem that hung).
+static int show_case;
 
 /* ---- backends ---------------------------------------------------------------
  */
@@ -63,6 +66,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   setenv("KMP_BLOCKTIME", "0", 0);
   setenv("OMP_WAIT_POLICY", "passive", 0);
   verbose = getenv("FZ_VERBOSE") != NULL;
+  show_case = getenv("FZ_CASE") != NULL;
   int nb = fa_backend_count();
   for (int i = 0; i < nb; i++)
     if (!strncmp(fa_backend_name(i), "cpu", 3)) add_context(fa_backend_name(i));
@@ -95,7 +99,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 /* ---- the case
  * ------------------------------------------------------------------------ */
 
-static void setup_buffers(fz_case *c) {
+/* n_run: how many contexts the input runs on. */
+static void setup_buffers(fz_case *c, int n_run) {
   for (int i = 0; i < NT; i++) {
     tensor_extents(c, i, c->ext[i]);
     int64_t cl =
@@ -128,17 +133,35 @@ static void setup_buffers(fz_case *c) {
     lb = 4;
     c->lse_big = 1;
   }
-  // The oracle's work (and the library's) bounded too: a valid-looking
-  // problem of 600 x 600 x 600 is skipped like one too large to hold.
+  // The work of a run bounded too, per input: a valid-looking problem of
+  // 600 x 600 x 600 is skipped like one too large to hold. Units of about
+  // 40 ns of this instrumented build (a 2-vCPU Zen 3, clang-14 ASan and
+  // coverage: 2e7 take about a second), per context that runs:
+  //   - each query-key pair's products, (d + dv) multiply-adds;
+  //   - each (batch, head, q tile, k tile) at least a 16 x 16 x 16 tile
+  //     product and its bookkeeping, whatever the sizes (2e4);
+  //   - each row of q and of k at least its offsets, loads and checks
+  //     (100: 600 batches of 600 queries and no keys took 1.5 s a context);
+  //   - each element the checker compares or scans (1).
+  // The contexts an input runs share one budget. With one budget per
+  // context, an input selecting every context ran a full budget on each
+  // (and twice: libFuzzer repeats a new input to look for leaks): 5-9 s
+  // here with 3 contexts, and past libFuzzer's 30 s timeout in a CI run
+  // (dd63700) on a machine with more kernels: a slow input, not a hang.
   const fa_attention *a = &c->a;
-  // Each (batch, head, q tile, k tile) costs at least a 16 x 16 x 16 tile
-  // product and its bookkeeping, whatever the sizes.
-  double dd =
+  const double dd =
       (double)a->head_dim + (a->head_dim_v ? a->head_dim_v : a->head_dim);
-  double tiles = (double)a->batch * a->heads_q * ceil(a->seqlen_q / 16.0) *
-                 ceil(a->seqlen_k / 16.0);
-  double work = (double)a->batch * a->heads_q * a->seqlen_q * a->seqlen_k * dd;
-  if (work > FZ_CAP_WORK || tiles * 2e4 > FZ_CAP_WORK) c->lse_big = 1;
+  const double bh = (double)a->batch * a->heads_q;
+  const double kt = a->seqlen_k > 16 ? ceil(a->seqlen_k / 16.0) : 1.0;
+  const double tiles = bh * ceil(a->seqlen_q / 16.0) * kt;
+  double elems = 0.0;
+  for (int i = 0; i < NT; i++)
+    if (c->claim[i] > 0 && !c->big[i]) elems += (double)c->claim[i];
+  const double rows =
+      bh * a->seqlen_q + (double)a->batch * a->heads_kv * a->seqlen_k;
+  const double work =
+      bh * a->seqlen_q * a->seqlen_k * dd + 2e4 * tiles + 100.0 * rows + elems;
+  if (!(work * n_run <= FZ_CAP_WORK)) c->lse_big = 1;
   buf_make(&c->lse, lb, 0);
   // (lse is a float *: it may alias another buffer only where a float may
   // start.)
@@ -262,15 +285,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #endif
   static fz_case c;
   fz_decode(&c, &in);
-  setup_buffers(&c);
-  if (c.ops & 0x10) run_explain(&c, &in);
-
   // One context per input (cheap), every context when the selector is 7.
   int first = 0, last = n_ctx - 1;
   if (c.backend_sel != 7) first = last = (int)c.backend_sel % n_ctx;
+  setup_buffers(&c, last - first + 1);
+  if (c.ops & 0x10) run_explain(&c, &in);
   const int fwd_mode = call_mode(&c, fwd_ids, 4);
   const int bwd_mode = call_mode(&c, all_ids, NT);
   const int sane = problem_sane(&c);
+  if (show_case) {
+    fz_run shown = {&c, NULL, first == last ? ctx_names[first] : "every"};
+    report_case(&shown, sane ? "case (valid)" : "case (invalid)");
+    fprintf(stderr, "  ops 0x%x lse_big %d\n", c.ops, c.lse_big);
+  }
   if (sane && !c.lse_big) { // (bounded work only: see setup_buffers)
     ts_rng r;
     ts_rng_seed(&r, c.seed);
