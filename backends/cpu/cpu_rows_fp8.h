@@ -316,14 +316,21 @@ FA_ALWAYS_INLINE void pv_fp8_dims(const int kind, const int N, const int NI,
       vf_store(o + (size_t)(r0 + y) * ldo + i + j * FA_VW, acc[y][j]);
 }
 
+/* Dims per pass over the keys, in vectors: N x FA_PV_NI accumulators, the
+   widened V vectors and a broadcast must stay in registers. With 16
+   registers (AVX2) 4 x 4 accumulators spilled, each key's FMAs then
+   waiting on a store and a reload of the spilled ones: 4 lanes x 2
+   vectors made the AVX2 decode 5-10% faster on Zen 3 (bench/NOTES.md). */
+#define FA_PV_NI (FA_VREGS >= 32 ? 4 : 2)
+
 FA_ALWAYS_INLINE void pv_fp8_lanes(const int kind, const int N,
                                    const cpu_tiles *t, const float *s,
                                    const uint8_t *vb, const cpu_fp8_rows *fr,
                                    fa_vf vx, int dv, int r0, int lo, int hi,
                                    float *o) {
   int i = 0;
-  for (; i + 4 * FA_VW <= dv; i += 4 * FA_VW)
-    pv_fp8_dims(kind, N, 4, t, s, vb, fr, vx, i, r0, lo, hi, o);
+  for (; i + FA_PV_NI * FA_VW <= dv; i += FA_PV_NI * FA_VW)
+    pv_fp8_dims(kind, N, FA_PV_NI, t, s, vb, fr, vx, i, r0, lo, hi, o);
   for (; i < dv; i += FA_VW)
     pv_fp8_dims(kind, N, 1, t, s, vb, fr, vx, i, r0, lo, hi, o);
 }

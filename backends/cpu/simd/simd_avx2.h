@@ -14,6 +14,7 @@
 // two ports) + 2 B vectors + 1 broadcast = 15 of the 16 registers.
 #define FA_MR 6
 #define FA_NV 2
+#define FA_VREGS 16 // vector registers: what register-resident tiles may hold
 
 typedef __m256 fa_vf;
 static inline fa_vf vf_zero(void) { return _mm256_setzero_ps(); }

@@ -13,6 +13,7 @@
 #define FA_MR                                                                  \
   6 // 6 rows x 4 vectors = 24 accumulators + 4 B + 1 broadcast of 32
 #define FA_NV 4
+#define FA_VREGS 32 // vector registers: what register-resident tiles may hold
 
 typedef __m512 fa_vf;
 static inline fa_vf vf_zero(void) { return _mm512_setzero_ps(); }

@@ -12,6 +12,7 @@
 #define FA_VW 4
 #define FA_MR 4 // 4 rows x 4 vectors = 16 accumulators of 32 registers
 #define FA_NV 4
+#define FA_VREGS 32 // vector registers: what register-resident tiles may hold
 
 typedef float32x4_t fa_vf;
 static inline fa_vf vf_zero(void) { return vdupq_n_f32(0.0f); }

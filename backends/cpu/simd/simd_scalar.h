@@ -11,6 +11,7 @@
 #define FA_VW 1 // floats per vector
 #define FA_MR 4 // rows of the GEMM micro-tile
 #define FA_NV 4 // vectors across the GEMM micro-tile
+#define FA_VREGS 16 // vector registers: what register-resident tiles may hold
 
 typedef float fa_vf;
 static inline fa_vf vf_zero(void) { return 0.0f; }
