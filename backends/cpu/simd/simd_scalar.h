@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #define FA_ISA_NAME "scalar"
-#define FA_VW 1 // floats per vector
-#define FA_MR 4 // rows of the GEMM micro-tile
-#define FA_NV 4 // vectors across the GEMM micro-tile
+#define FA_VW 1     // floats per vector
+#define FA_MR 4     // rows of the GEMM micro-tile
+#define FA_NV 4     // vectors across the GEMM micro-tile
 #define FA_VREGS 16 // vector registers: what register-resident tiles may hold
 
 typedef float fa_vf;
