@@ -48,11 +48,14 @@ fi
 ctest_line() { grep -hE "tests passed|No tests were found" "$@" | tail -1; }
 
 if has ctest; then
+  # -V: the passing tests' output too, where xval prints its case counts
+  # (lines prefixed "N: " by ctest).
   timeout "${CTEST_LIMIT:-330}" ctest --test-dir "$build" -L cuda -j 12 --timeout 320 \
-    --output-on-failure >"$out/ctest-cuda.log" 2>&1
+    -V >"$out/ctest-cuda.log" 2>&1
   note "ctest -L cuda: rc $?; $(ctest_line "$out/ctest-cuda.log")"
-  cases=$(grep -hoE "^cuda[a-z0-9.]* [a-z.]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped" \
-    "$out/ctest-cuda.log" | awk '{p+=$3; f+=$5; s+=$7} END {printf "%d passed, %d failed, %d skipped", p, f, s}')
+  cases=$(sed -E 's/^[0-9]+: //' "$out/ctest-cuda.log" |
+    grep -hoE "^cuda[a-z0-9._]* [a-z.]+: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped" |
+    awk '{p+=$3; f+=$5; s+=$7} END {printf "%d passed, %d failed, %d skipped", p, f, s}')
   note "oracle grid cases (dispatch and every kernel by name): $cases"
   grep -hE "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$out/ctest-cuda.log" | head -20
 fi
