@@ -15,11 +15,11 @@
 // the row sums, which add these fp32 values, carry at most the same
 // 3.5e-6 into l and so into the LSE (its bound is 1e-5): the degree-5
 // Taylor polynomial this replaces was at 3.3e-6. 7 vector uops per 16
-// exps, against 10 before and 15 for vf_exp_inline (which keeps fp32
+// exps, against 10 before and 15 for exp16_inline (which keeps fp32
 // accuracy and clamps for any input): here t <= 0 up to rounding (ref is
 // the maximum), so only t < -126 (2^t below FLT_MIN) needs care: flushed
 // to exactly 0 (a denormal would cost a microcode assist in each later
-// add), as vf_exp_inline does. t = -inf (a masked score) gives 0 (vreduceps
+// add), as exp16_inline does. t = -inf (a masked score) gives 0 (vreduceps
 // of an infinity is 0, scaled by 2^-inf); NaN stays NaN.
 #ifndef FA_AMX_EXP2_H
 #define FA_AMX_EXP2_H

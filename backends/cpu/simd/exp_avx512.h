@@ -3,22 +3,22 @@
 // tile products far faster than the vector units (AMX) spends most of its
 // time in exp, and SLEEF's out-of-line call per 16 values (with its wide
 // range handling) is several times the cost of this one. Defines
-// vf_exp_inline; the vocabulary uses it when FA_INLINE_EXP is defined.
+// exp16_inline; the vocabulary uses it when FA_INLINE_EXP is defined.
 //
 // x = n ln2 + r, |r| <= ln2 / 2 (n = round(x log2 e), ln2 in two parts so r
 // is exact), e^r by its Taylor polynomial of degree 6 (truncation below
-// 1.2e-7 relative, about one ulp), then times 2^n by vscalefps, which
-// overflows to inf as exp does. x is clamped to [-104, 88.8] first (exp
-// is 0 or inf beyond), NaN kept: maxps and minps return their second
-// operand when one is NaN, and x is the second. Results below FLT_MIN
-// (x < -87.33, -inf included: every masked score) are flushed to exactly
-// 0: a denormal would cost a microcode assist in each later add of it (the
-// masked half of a causal diagonal tile ran several times slower).
+// 1.2e-7 relative, with the roundings within 3 ulp: test_exp_inline.c),
+// then times 2^n by vscalefps, which overflows to inf as exp does. x is clamped
+// to [-104, 88.8] first (exp is 0 or inf beyond), NaN kept: maxps and minps
+// return their second operand when one is NaN, and x is the second. Results
+// below FLT_MIN (x < -87.33, -inf included: every masked score) are flushed to
+// exactly 0: a denormal would cost a microcode assist in each later add of it
+// (the masked half of a causal diagonal tile ran several times slower).
 #ifndef FA_EXP_AVX512_H
 #define FA_EXP_AVX512_H
 #include <immintrin.h>
 
-static inline __m512 vf_exp_inline(__m512 x) {
+static inline __m512 exp16_inline(__m512 x) {
   const __mmask16 normal =
       _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_NLT_UQ); // or NaN
   x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);

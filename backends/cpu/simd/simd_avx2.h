@@ -48,7 +48,12 @@ static inline fa_vf vf_max(fa_vf a, fa_vf b) {
 static inline fa_vf vf_min0(fa_vf a) {
   return _mm256_min_ps(_mm256_setzero_ps(), a);
 }
+#ifdef FA_INLINE_EXP
+#include "exp_avx2.h"
+static inline fa_vf vf_exp(fa_vf a) { return exp8_inline(a); }
+#else
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf8_u10avx2(a); }
+#endif
 static inline fa_vf vf_neginf_to_zero(fa_vf a) {
   fa_vf is_ninf = _mm256_cmp_ps(a, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
   return _mm256_andnot_ps(is_ninf, a);

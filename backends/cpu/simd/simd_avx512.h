@@ -44,7 +44,7 @@ static inline fa_vf vf_min0(fa_vf a) {
 }
 #ifdef FA_INLINE_EXP
 #include "exp_avx512.h"
-static inline fa_vf vf_exp(fa_vf a) { return vf_exp_inline(a); }
+static inline fa_vf vf_exp(fa_vf a) { return exp16_inline(a); }
 #else
 static inline fa_vf vf_exp(fa_vf a) { return Sleef_expf16_u10avx512f(a); }
 #endif
