@@ -320,7 +320,7 @@ FA_ALWAYS_INLINE void pv_fp8_dims(const int kind, const int N, const int NI,
    widened V vectors and a broadcast must stay in registers. With 16
    registers (AVX2) 4 x 4 accumulators spilled, each key's FMAs then
    waiting on a store and a reload of the spilled ones: 4 lanes x 2
-   vectors made the AVX2 decode 5-10% faster on Zen 3 (bench/NOTES.md). */
+   vectors made the AVX2 decode 5-9% faster on Zen 3 (bench/NOTES.md). */
 #define FA_PV_NI (FA_VREGS >= 32 ? 4 : 2)
 
 FA_ALWAYS_INLINE void pv_fp8_lanes(const int kind, const int N,

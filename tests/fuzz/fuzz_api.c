@@ -32,7 +32,7 @@
 
 int verbose;
 // FZ_CASE: print each input's decoded case before its calls (run_fuzz.sh
-// replays a timed-out input so, to name the problem that hung).
+// replays a failing input this way: a hang is named before it hangs).
 static int show_case;
 
 /* ---- backends ---------------------------------------------------------------

@@ -30,9 +30,8 @@ rm -f "$work/empty"
 
 rc=0
 "$fuzzer" corpus -max_total_time="$secs" -timeout="${FA_FUZZ_TIMEOUT:-30}" \
-  -rss_limit_mb=4096 \
-  -max_len=512 -print_final_stats=1 -seed="${FA_FUZZ_SEED:-1}" \
-  -artifact_prefix="$work/" || rc=$?
+  -rss_limit_mb=4096 -max_len=512 -print_final_stats=1 \
+  -seed="${FA_FUZZ_SEED:-1}" -artifact_prefix="$work/" || rc=$?
 [ "$rc" -eq 0 ] && exit 0
 
 for f in "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-*; do
