@@ -6,8 +6,11 @@
       --lib build-cuda/libflashattn.so [shape ...]
 
 Shapes (default: all forward ones): d64, d128, d128c (causal), decode (b8,
-32/8 heads, d128, kv 32k); bwd64, bwd128 run one fa_backward (16k tokens,
-s 4k) after their forward. Uses bench_sdpa.py's ctypes binding.
+32/8 heads, d128, kv 32k), d64s4k / d128s4k (16k tokens at s 4k); bwd64,
+bwd128 run one fa_backward (16k tokens, s 4k) after their forward. Uses
+bench_sdpa.py's ctypes binding. --cudnn runs the same shapes (forward, and
+backward for bwd*) through torch SDPA's cuDNN backend instead, so one ncu
+session profiles both kernels on the same tensors' shapes.
 """
 import argparse
 import ctypes
@@ -25,6 +28,8 @@ SHAPES = {
     "d128": (1, 16384, 16384, 16, 16, 128, False),
     "d128s8k": (2, 8192, 8192, 16, 16, 128, False),  # the same FLOPs/token
 
+    "d64s4k": (4, 4096, 4096, 32, 32, 64, False),
+    "d128s4k": (4, 4096, 4096, 16, 16, 128, False),
     "d128c": (1, 16384, 16384, 16, 16, 128, True),
     "decode": (8, 1, 32768, 32, 8, 128, False),
 }
@@ -39,7 +44,11 @@ def main():
     ap.add_argument("--lib", default="build-cuda/libflashattn.so")
     ap.add_argument("shapes", nargs="*", default=list(SHAPES),
                     choices=list(SHAPES) + list(BACKWARD))
+    ap.add_argument("--cudnn", action="store_true",
+                    help="the shapes through torch SDPA's cuDNN backend")
     args = ap.parse_args()
+    if args.cudnn:
+        return cudnn(args.shapes)
     fa = B.Flashattn(os.path.abspath(args.lib), "cuda")
     fa.set_stream(torch.cuda.current_stream().cuda_stream)
     for name in args.shapes:
@@ -68,6 +77,25 @@ def main():
             fa.check(st, "fa_backward")
         torch.cuda.synchronize()
         fa.lib.fa_plan_destroy(plan)
+
+
+def cudnn(names):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for name in names:
+        b, sq, sk, hq, hkv, d, causal = {**SHAPES, **BACKWARD}[name]
+        bwd = name in BACKWARD
+        # SDPA takes (b, h, s, d) views of the same bshd storage.
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=bwd)
+                   for s, h in ((sq, hq), (sk, hkv), (sk, hkv)))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        print(name, "cudnn", flush=True)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                qt, kt, vt, is_causal=causal, enable_gqa=hq != hkv)
+            if bwd:
+                o.backward(torch.randn_like(o))
+        torch.cuda.synchronize()
 
 
 if __name__ == "__main__":
