@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The Hopper copy engine (sm_90a): mbarriers (init, expected transaction
 // bytes, arrive, parity wait), one TMA box into shared memory completing on
-// an mbarrier, and the host side that describes a [batch][rows][heads][D]
-// tensor of 16-bit elements to the copy engine as a 4-d tensor map with
-// 128-byte swizzle. Every sm90 kernel (forward, backward) takes these from
-// here.
+// an mbarrier, one box added from shared memory into fp32 global memory,
+// and the host side that describes a [batch][rows][heads][D] tensor of
+// 16-bit elements (and the fp32 dQ accumulator) to the copy engine as a
+// 4-d tensor map with 128-byte swizzle. Every sm90 kernel (forward, backward)
+// takes these from here.
 #ifndef FA_CUDA_COMMON_TMA_CUH
 #define FA_CUDA_COMMON_TMA_CUH
 
@@ -54,6 +55,30 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map,
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
       "r"(bar)
       : "memory");
+}
+
+/* One box of shared memory added into a 4-d tensor map's fp32 elements by
+   the copy engine (elements outside the tensor are skipped), in the
+   issuing thread's bulk group: bulk_commit() closes the group,
+   bulk_wait_read() waits until its reads of shared memory are done (the
+   buffer may be refilled), bulk_wait() until its adds are done. */
+__device__ __forceinline__ void tma_reduce_add(const CUtensorMap *map,
+                                               uint32_t src, int c0, int c1,
+                                               int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile."
+               "bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType,
@@ -108,6 +133,28 @@ inline int make_map(CUtensorMap *m, const fa_tensor_view &v, int dtype, int d,
           4, v.data, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+/* The backward's fp32 dQ accumulator, [batch][rows][heads][d] dense, as a
+   4-d tensor map of boxes {32 columns (128 bytes), box_rows rows, 1, 1}
+   with 128-byte swizzle, for tma_reduce_add. Returns 0 where the copy
+   engine cannot address it. */
+inline int make_acc_map(CUtensorMap *m, float *acc, int d, int64_t rows,
+                        int heads, int batch, int box_rows) {
+  encode_tiled_fn enc = encoder();
+  if (!enc || (uintptr_t)acc % 16 || rows < 1 || rows > 0xFFFFFFFFll) return 0;
+  const int64_t sh = (int64_t)d * 4, ss = sh * heads, sb = ss * rows;
+  if (sb >= ((int64_t)1 << 40)) return 0;
+  cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)rows, (cuuint64_t)heads,
+                        (cuuint64_t)batch};
+  cuuint64_t strides[3] = {(cuuint64_t)ss, (cuuint64_t)sh, (cuuint64_t)sb};
+  cuuint32_t box[4] = {32, (cuuint32_t)box_rows, 1, 1};
+  cuuint32_t step[4] = {1, 1, 1, 1};
+  CUresult r = enc(
+      m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, acc, dims, strides, box, step,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 

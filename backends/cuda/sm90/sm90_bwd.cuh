@@ -10,8 +10,9 @@
 //   dS^T = P^T (dP^T - D) * scale        (D = rowsum(dO o O), a pre-pass)
 //   dV  += P^T dO, dK += dS^T Q          wgmma, P^T / dS^T from registers
 //   dQ  += dS K                          dS^T stored transposed to smem by
-//                                        stmatrix; fp32 vector reductions
-//                                        into an accumulator, 16 B each
+//                                        stmatrix; dQ staged in smem and
+//                                        added into an fp32 accumulator by
+//                                        the copy engine (TMA reduce)
 // Why this and not the sm80 kernel on sm90: that one keeps dK, dV, S and dP
 // of 16 keys per warp in 255 registers with 8 warps per SM, feeds every
 // mma.sync through ldmatrix, and adds dQ one float per atomic: ncu (d128,
@@ -29,6 +30,19 @@
 // buffered: one warpgroup may store step t + 1's dS while the other still
 // reads step t's for dQ; step t + 2 reuses t's buffer after barrier t + 1,
 // which both pass only once done with step t.
+//
+// dQ's adds (v3, run 55): each warpgroup stores its 64 x 64 fp32 tile of
+// dQ to shared memory in the accumulator map's box layout (two boxes of 32
+// columns, 128-byte swizzle) and one thread hands it to the copy engine,
+// which adds it into L2 a line at a time. v2 added it from registers by
+// red.global.add.v4 (16 bytes each, 8 per thread per step, after a shuffle):
+// run 53 counted ~95 M of the d128 kernel's 1133 M instructions there, and
+// the warps waited on the LSU queue before the next step's GEMMs. The
+// staging tile is its own 32 KB at d128; at d64 it is the warpgroup's rows
+// of the step's dS buffer (only that warpgroup's dQ reads them, and the
+// next writer of the buffer, step t + 2, passes barrier t + 1 first). The
+// deterministic mode keeps the ordered red.global adds (common/dq_turns.cuh:
+// its turns need each add complete before the next CTA's).
 //
 // Shared-memory tiles use the sm90 forward's layout (sm90_fwd.cuh,
 // common/tma.cuh): 128-byte column blocks, 128-byte hardware swizzle; K, Q, dO,
@@ -75,13 +89,20 @@ template <int D> __host__ __device__ constexpr int bwd_rows() {
   return D == 64 ? 128 : 64;
 }
 
-/* K, V; the Q/dO ring; dS twice; LSE/D ring; 1 KB alignment; barriers.
-   d128: 64 + 96 + 32 + 1.5 KB = 194 KB; d64: 32 + 96 + 64 + 3 KB = 196 KB
-   (one CTA per SM, as registers allow: 256 threads x up to 255). */
+/* The dQ staging tile of its own (d128 only, see the header): 64 rows x
+   128 fp32 columns. */
+template <int D> __host__ __device__ constexpr int bwd_dq_stage_bytes() {
+  return D == 128 ? bwd_rows<D>() * D * 4 : 0;
+}
+
+/* K, V; the Q/dO ring; dS twice; the dQ staging; LSE/D ring; 1 KB
+   alignment; barriers. d128: 64 + 96 + 32 + 32 + 1.5 KB = 226.6 KB (of the
+   227 KB opt-in); d64: 32 + 96 + 64 + 3 KB = 196 KB (one CTA per SM, as
+   registers allow: 256 threads x up to 255). */
 template <int D> __host__ __device__ constexpr int bwd_smem_bytes() {
   return 2 * kBwdKeys * D * 2 + kBwdSlots * 2 * bwd_rows<D>() * D * 2 +
-         2 * bwd_rows<D>() * kBwdKeys * 2 + kBwdSlots * 2 * bwd_rows<D>() * 4 +
-         1024 + 64;
+         2 * bwd_rows<D>() * kBwdKeys * 2 + bwd_dq_stage_bytes<D>() +
+         kBwdSlots * 2 * bwd_rows<D>() * 4 + 1024 + 64;
 }
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
@@ -139,6 +160,15 @@ p_from_scores(float (&sc)[BQ / 2], const float *lse_s, int r0, int t4,
    128-byte blocks), all 256 threads taking part. For the tensor cores to
    read them, the caller then fences the async proxy and meets at a CTA
    barrier. */
+/* The 128 threads of warpgroup wg meet (named barrier 2 + wg; 1 is the
+   CTA's, 256 threads). */
+__device__ __forceinline__ void wg_bar(int wg) {
+  if (wg == 0)
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  else
+    asm volatile("bar.sync 3, 128;\n" ::: "memory");
+}
+
 template <int D>
 __device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
                                           int tid) {
@@ -153,13 +183,16 @@ __device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
   }
 }
 
-template <typename T, int D>
+/* TURNS: the deterministic mode (p.dq_turns set), a kernel of its own so
+   that neither way of adding dQ takes registers from the other. */
+template <typename T, int D, bool TURNS>
 __global__ void __launch_bounds__(256, 1)
     bwd_kernel(const __grid_constant__ fa_gpu_params p, float *dq_acc,
                const __grid_constant__ CUtensorMap tq,
                const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap tv,
-               const __grid_constant__ CUtensorMap tdo) {
+               const __grid_constant__ CUtensorMap tdo,
+               const __grid_constant__ CUtensorMap tdq) {
   constexpr int BN = kBwdKeys, BQ = bwd_rows<D>(), NS = kBwdSlots;
   constexpr int NCB = D / 64;
   constexpr uint32_t KVB = BN * D * 2, QB = BQ * D * 2, SB = BQ * BN * 2;
@@ -175,7 +208,8 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t sK = base, sV = sK + KVB, sQ = sV + KVB; // + slot * QB
   const uint32_t sdO = sQ + NS * QB, sdS = sdO + NS * QB; // + (t & 1) * SB
-  const uint32_t sLD = sdS + 2 * SB; // float LSE[NS][BQ], then D[NS][BQ]
+  const uint32_t sDQ = sdS + 2 * SB; // d128: the dQ staging tile
+  const uint32_t sLD = sDQ + bwd_dq_stage_bytes<D>(); // LSE[NS][BQ], D[NS][BQ]
   const uint32_t kv_full = sLD + NS * 2 * BQ * 4, q_full = kv_full + 8;
   float *sL = reinterpret_cast<float *>(smem_raw + (sLD - raw));
   float *sDl = sL + NS * BQ;
@@ -194,7 +228,7 @@ __global__ void __launch_bounds__(256, 1)
   // (Deterministic dQ numbers a head's key blocks the other way round:
   // common/dq_turns.cuh.)
   const int nkb = (p.prob.seqlen_k + BN - 1) / BN;
-  const bool turns = p.dq_turns != nullptr;
+  constexpr bool turns = TURNS;
   const int jb = fa_cuda::bwd_key_block((int)(blockIdx.x % nkb), nkb, turns),
             bh = (int)(blockIdx.x / nkb);
   const int hk = bh % p.prob.heads_kv, b = bh / p.prob.heads_kv;
@@ -383,7 +417,10 @@ __global__ void __launch_bounds__(256, 1)
 
     // Both warpgroups' dS are stored; everyone is done with step t - 1, so
     // its ring slot takes step t + NS - 1's copies (and, deterministic, the
-    // next key block its turn at step t - 1's q block).
+    // next key block its turn at step t - 1's q block); the copy engine is
+    // done reading step t - 1's dQ staging (waited for here, a step after
+    // its issue, so it costs nothing), which this step refills.
+    if (!turns && tid % 128 == 0) bulk_wait_read();
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
     if (pending && tid == 0) fa_cuda::dq_pass_turn(pending);
@@ -420,8 +457,42 @@ __global__ void __launch_bounds__(256, 1)
     pin(dv);
     pin(dk);
 
-    // Deterministic: wait for this q block's turn (the other CTAs' adds).
-    if (turns) fa_cuda::dq_wait_turn(counter, turn, seen);
+    if (!turns) {
+      // The staging tile's two 32-column boxes (128-byte rows, swizzled);
+      // the accumulator element of (row, column) of this warpgroup's tile
+      // is dq_acc[b][r0 + row0 + row][h][col0 + column].
+      const uint32_t box =
+          DQ_COLS ? sDQ + wg * 64 * 64 * 4 : dss + wg * 64 * 128;
+      constexpr uint32_t box_step = DQ_COLS ? 64 * 128 : BQ * 128;
+      const int row0 = DQ_COLS ? 0 : wg * 64, dcol0 = DQ_COLS ? wg * 64 : 0;
+      // d64: every warp of this warpgroup is done reading these dS rows.
+      if (!DQ_COLS) wg_bar(wg);
+        // c = 4 j + 2 hr + e: row 16 warp + g + 8 hr, column 8 j + 2 t4 + e;
+        // a warp's 8-byte stores fill 16-byte chunks evenly (two wavefronts).
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+          const int row = warp * 16 + g + 8 * hr;
+          const int chunk = 2 * (j % 4) + t4 / 2;
+          const uint32_t at = box + (j / 4) * box_step + row * 128 +
+                              ((chunk ^ (row & 7)) << 4) + (t4 & 1) * 8;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at),
+                       "f"(dq[4 * j + 2 * hr]), "f"(dq[4 * j + 2 * hr + 1])
+                       : "memory");
+        }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      wg_bar(wg);
+      if (tid % 128 == 0) {
+        tma_reduce_add(&tdq, box, dcol0, r0 + row0, h, b);
+        tma_reduce_add(&tdq, box + box_step, dcol0 + 32, r0 + row0, h, b);
+        bulk_commit();
+      }
+      continue;
+    }
+    // Deterministic: wait for this q block's turn (the other CTAs' adds),
+    // then add from registers.
+    fa_cuda::dq_wait_turn(counter, turn, seen);
     // 16 bytes per reduction: lanes t4 and t4 ^ 1 swap halves, so that an
     // even t4 holds 4 consecutive columns of row g, an odd one of row g + 8.
     {
@@ -452,6 +523,9 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
     if (tid == 0) fa_cuda::dq_pass_turn(pending);
   }
+  // The last step's dQ adds: the staging must outlive the copy engine's
+  // reads of it.
+  if (!turns && tid % 128 == 0) bulk_wait();
 
   // ---- dK, dV of this thread's keys; rows past seqused_k get zeros ----
   T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
@@ -475,11 +549,12 @@ __global__ void __launch_bounds__(256, 1)
 /* Returns a cudaError_t, or -1 (nothing launched) when the tensors cannot
    be described to the copy engine (supports() checks the same conditions
    beforehand, so the caller reports -1 as an error).
-   dq_acc: zeroed fp32 accumulator of rows_q(p) x D; p->delta: D filled. */
+   dq_acc: zeroed fp32 accumulator of batch x seqlen_q x heads_q x D
+   (16-byte aligned); p->delta: D filled. */
 template <typename T, int D>
 int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
                int64_t rows_k, void *stream) {
-  CUtensorMap tq, tk, tv, tdo;
+  CUtensorMap tq, tk, tv, tdo, tdq;
   const int bq = p->prob.varlen_q ? 1 : p->prob.batch,
             bk = p->prob.varlen_k ? 1 : p->prob.batch;
   const int64_t rq = p->prob.varlen_q ? rows_q : p->prob.seqlen_q;
@@ -491,19 +566,21 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
       !make_map(&tk, p->k, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
                 kBwdKeys) ||
       !make_map(&tv, p->v, p->prob.dtype, D, rk, p->prob.heads_kv, bk,
-                kBwdKeys))
+                kBwdKeys) ||
+      !make_acc_map(&tdq, dq_acc, D, p->prob.seqlen_q, p->prob.heads_q,
+                    p->prob.batch, 64))
     return -1;
   constexpr int smem = bwd_smem_bytes<D>();
   static_assert(smem <= 232448, "sm90 backward over the 227 KB opt-in limit");
   cudaStream_t s = (cudaStream_t)stream;
+  auto kernel = p->dq_turns ? bwd_kernel<T, D, true> : bwd_kernel<T, D, false>;
   cudaError_t e = cudaFuncSetAttribute(
-      bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return (int)e;
   const int64_t ctas = (int64_t)((p->prob.seqlen_k + kBwdKeys - 1) / kBwdKeys) *
                        p->prob.heads_kv * p->prob.batch;
   if (ctas > 0)
-    bwd_kernel<T, D>
-        <<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo);
+    kernel<<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo, tdq);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   return fa_cuda::launch_dq_store<T, D>(p, dq_acc, s);
 }
