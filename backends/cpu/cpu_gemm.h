@@ -75,19 +75,32 @@ FA_ALWAYS_INLINE void micro(const int R, const int N, const int tail, int k,
     }
 }
 
-/* Row tails of a column chunk of N vectors (compile-time N, tail). */
+/* The most of x[0 .. n): the k a micro-tile of n rows needs, where row i
+   needs x[i] (none given: all k). */
+static inline int most_of(const int *x, int n, int k) {
+  if (!x) return k;
+  int z = 0;
+  for (int i = 0; i < n; i++) z = x[i] > z ? x[i] : z;
+  return z < k ? z : k;
+}
+
+/* Row tails of a column chunk of N vectors (compile-time N, tail). With
+   k_of_row, each micro-tile of rows [i, i + R) runs only the first
+   most_of(k_of_row + i, R) of the k steps (the rest of its A is 0). */
 FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
                                  const float *A, int64_t rs, int64_t cs,
                                  const float *B, int64_t ldb, float *C,
                                  int64_t ldc, int acc, const float *rsc,
-                                 cpu_prefetch *pf) {
+                                 const int *k_of_row, cpu_prefetch *pf) {
   int i = 0;
   for (; i + FA_MR <= m; i += FA_MR)
-    micro(FA_MR, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,
+    micro(FA_MR, N, tail, most_of(k_of_row ? k_of_row + i : NULL, FA_MR, k),
+          A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,
           rsc ? rsc + i : NULL, pf);
 #define FA_ROWS(R)                                                             \
   case R:                                                                      \
-    micro(R, N, tail, k, A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,    \
+    micro(R, N, tail, most_of(k_of_row ? k_of_row + i : NULL, R, k),           \
+          A + i * rs, rs, cs, B, ldb, C + i * ldc, ldc, acc,                   \
           rsc ? rsc + i : NULL, pf);                                           \
     break;
   switch (m - i) {
@@ -118,25 +131,35 @@ FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
 
 /* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors
    whose final vector may be partial; pf (or NULL) prefetched on the way;
-   with rsc, C's rows scaled by rsc[i] before they accumulate (micro). */
-static void gemm_rsc(int m, int n, int k, const float *A, int64_t rs,
-                     int64_t cs, const float *B, int64_t ldb, float *C,
-                     int64_t ldc, int acc, const float *rsc, cpu_prefetch *pf) {
+   with rsc, C's rows scaled by rsc[i] before they accumulate (micro).
+   The cuts (NULL: none) skip products a mask makes 0 or overwrites, on the
+   tiles a causal diagonal cuts: a chunk of columns [j, j + FA_NV FA_VW)
+   computes only rows [0, most_of(m_of_col + j)) (scores S^T: a key no
+   lane of the chunk sees is masked to -inf afterwards), a micro-tile of
+   rows only its first k steps (O += P.V: P of the keys past a lane's
+   window is 0). */
+FA_ALWAYS_INLINE void gemm_cut(int m, int n, int k, const float *A, int64_t rs,
+                               int64_t cs, const float *B, int64_t ldb,
+                               float *C, int64_t ldc, int acc, const float *rsc,
+                               const int *m_of_col, const int *k_of_row,
+                               cpu_prefetch *pf) {
   const int chunk = FA_NV * FA_VW;
   int j = 0;
   for (; j + chunk <= n; j += chunk)
-    micro_rows(FA_NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, pf);
+    micro_rows(FA_NV, 0, most_of(m_of_col ? m_of_col + j : NULL, chunk, m), k,
+               A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, k_of_row, pf);
   int left = n - j;
   if (left <= 0) return;
   int nvec = (left + FA_VW - 1) / FA_VW, tail = left % FA_VW;
+  const int mj = most_of(m_of_col ? m_of_col + j : NULL, left, m);
 #define FA_LAST(NV)                                                            \
   case NV:                                                                     \
     if (tail)                                                                  \
-      micro_rows(NV, tail, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,  \
-                 pf);                                                          \
+      micro_rows(NV, tail, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, \
+                 k_of_row, pf);                                                \
     else                                                                       \
-      micro_rows(NV, 0, m, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,     \
-                 pf);                                                          \
+      micro_rows(NV, 0, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,    \
+                 k_of_row, pf);                                                \
     break;
   switch (nvec) {
     FA_LAST(1)
@@ -153,6 +176,12 @@ static void gemm_rsc(int m, int n, int k, const float *A, int64_t rs,
     break;
   }
 #undef FA_LAST
+}
+
+static void gemm_rsc(int m, int n, int k, const float *A, int64_t rs,
+                     int64_t cs, const float *B, int64_t ldb, float *C,
+                     int64_t ldc, int acc, const float *rsc, cpu_prefetch *pf) {
+  gemm_cut(m, n, k, A, rs, cs, B, ldb, C, ldc, acc, rsc, NULL, NULL, pf);
 }
 
 static void gemm_pf(int m, int n, int k, const float *A, int64_t rs, int64_t cs,

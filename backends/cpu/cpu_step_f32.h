@@ -126,28 +126,32 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
     pk = (cpu_prefetch){(const char *)(k + nc * ldk), nc * ldk / 16};
     pv = (cpu_prefetch){(const char *)(v + nc * ldv), nc * ldv / 16};
   }
-  const int l0 = tile_cut(p, &it->ln, it->sq, it->sk, col0, nc)
-                     ? first_seeing_lane(p, &it->ln, it->sk, col0)
-                     : 0;
+  // A tile the mask cuts: each lane's keys, so that the products skip what
+  // the mask hides (gemm_cut; padding lanes past nr keep every key).
+  const int cut = tile_cut(p, &it->ln, it->sq, it->sk, col0, nc);
+  const int l0 = cut ? first_seeing_lane(p, &it->ln, it->sk, col0) : 0;
+  int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
+  if (cut) {
+    lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
+    for (int r = nr; r < bq; r++) vhi[r] = nc;
+  }
   const cpu_slayout sl = {bq, 1, bq};
-  gemm_pf(nc, bq - l0, p->a.head_dim, k, ldk, 1, ws + t->qt + l0, t->ldqt,
-          ws + t->s + l0, bq, 0, &pk);
+  gemm_cut(nc, bq - l0, p->a.head_dim, k, ldk, 1, ws + t->qt + l0, t->ldqt,
+           ws + t->s + l0, bq, 0, NULL, cut ? vhi + l0 : NULL, NULL, &pk);
   scores_post(p, ws + t->s, &sl, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
   // O[r][:] = mu[r] O[r][:] + sum_c P^T[c][r] V[c][:], the rescale in the
   // product's load of O. Masked entries of P are 0, and 0 * NaN = NaN:
   // where the tile meets a mask and V holds inf or NaN (a scan of nc x dv,
   // 1/bq of the product), only visible pairs count.
-  if (tile_cut(p, &it->ln, it->sq, it->sk, col0, nc) &&
-      any_nonfinite(v, ldv, nc, dv)) {
-    int *vlo = (int *)(ws + t->vis), *vhi = vlo + bq;
+  if (cut && any_nonfinite(v, ldv, nc, dv)) {
     rescale_o(o, t->ldv, mu, nr, dv);
-    lane_keys(p, &it->ln, it->sq, it->sk, col0, nc, vlo, vhi);
     gemm_visible(nc, 0, nr, vlo, vhi, dv, ws + t->s, 1, bq, v, ldv, o, t->ldv,
                  0);
   } else {
     rescale_o(o, t->ldv, mu, l0, dv); // the rows the product skips
-    gemm_rsc(nr - l0, dv, nc, ws + t->s + l0, 1, bq, v, ldv,
-             o + (size_t)l0 * t->ldv, t->ldv, 1, mu + l0, &pv);
+    gemm_cut(nr - l0, dv, nc, ws + t->s + l0, 1, bq, v, ldv,
+             o + (size_t)l0 * t->ldv, t->ldv, 1, mu + l0, NULL,
+             cut ? vhi + l0 : NULL, &pv);
   }
 }
