@@ -319,37 +319,57 @@ __global__ void __launch_bounds__(256, 1)
   const float sl2 = p.prob.scale * kLog2e;
   int *pending = nullptr; // deterministic: the turn this CTA passes next
 
+  // S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys): acc = (rows of
+  // a: this warpgroup's keys) . (rows of b)^T over D.
+  auto gemm_nt = [&](float(&acc)[BQ / 2], uint32_t a, uint32_t b) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      const int cb = ks / 4, kk = ks % 4;
+      wgmma<T, BQ>::ss(
+          acc,
+          desc_sw128(a + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
+          desc_sw128(b + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
+    }
+    wg_commit();
+  };
+  // Step t's Q and dO landed (q rows past the end zeroed: uniform branch,
+  // all 256 threads), then its S^T issued. Step t + 1's is issued in step
+  // t, behind its dQ GEMM, and waited for at the step's end (v4, run 56):
+  // the tensor cores have S^T to work on while the warps store dQ and
+  // meet, where v3 left them idle from the dQ GEMM's end to the next
+  // step's first wgmma. No group is in flight across the loop's back edge
+  // and every wait sees the same groups on every path (ptxas serialises
+  // every wgmma of the kernel otherwise: advisories C7514, C7518), so the
+  // last step repeats its own S^T, unused.
+  float sc[BQ / 2];
+  auto start_scores = [&](int t) {
+    const int tt = t < steps ? t : t - 1, s = tt % NS, r0 = row_of(tt);
+    if (t < steps) {
+      bar_wait(q_full + 8 * s, (t / NS) & 1);
+      if (r0 + BQ > sq) {
+        zero_rows<D>(sQ + s * QB, BQ, sq - r0, tid);
+        zero_rows<D>(sdO + s * QB, BQ, sq - r0, tid);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      }
+    }
+    wg_fence();
+    gemm_nt(sc, sK, sQ + s * QB);
+  };
+  if (steps > 0) {
+    start_scores(0);
+    wg_wait<0>();
+  }
+
   for (int t = 0; t < steps; t++) {
     const int s = t % NS, h = head_of(t), r0 = row_of(t);
     const uint32_t qs = sQ + s * QB, dos = sdO + s * QB,
                    dss = sdS + (t & 1) * SB;
-    bar_wait(q_full + 8 * s, (t / NS) & 1);
-    if (r0 + BQ > sq) { // q rows past the end: zeros (uniform branch)
-      zero_rows<D>(qs, BQ, sq - r0, tid);
-      zero_rows<D>(dos, BQ, sq - r0, tid);
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    }
 
-    // ---- S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys) ----
-    // acc = (rows of a: this warpgroup's keys) . (rows of b)^T over D.
-    auto gemm_nt = [&](float(&acc)[BQ / 2], uint32_t a, uint32_t b) {
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ks++) {
-        const int cb = ks / 4, kk = ks % 4;
-        wgmma<T, BQ>::ss(
-            acc,
-            desc_sw128(a + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
-            desc_sw128(b + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
-      }
-      wg_commit();
-    };
-    float sc[BQ / 2], dp[BQ / 2];
+    float dp[BQ / 2];
+    pin(sc); // S^T, done
     wg_fence();
-    gemm_nt(sc, sK, qs);
     gemm_nt(dp, sV, dos);
-    wg_wait<1>();
-    pin(sc);
 
     // ---- P^T (while dP^T runs), then dS^T ----
     // Both of this thread's keys see every query of the step (interior
@@ -452,7 +472,12 @@ __global__ void __launch_bounds__(256, 1)
       turn = fa_gpu_dq_turn(&p.prob, jb, nkb, r0, BQ, BN, sq, sk);
       seen = fa_cuda::dq_turn_peek(counter);
     }
-    wg_wait<0>();
+    // dV, dK done (their P^T, dS^T registers free again: with them still
+    // in flight the next S^T's 32 would spill), then the next step's S^T,
+    // then dQ done.
+    wg_wait<1>();
+    start_scores(t + 1);
+    wg_wait<1>();
     pin(dq);
     pin(dv);
     pin(dk);
@@ -488,6 +513,7 @@ __global__ void __launch_bounds__(256, 1)
         tma_reduce_add(&tdq, box + box_step, dcol0 + 32, r0 + row0, h, b);
         bulk_commit();
       }
+      wg_wait<0>(); // the next step's S^T
       continue;
     }
     // Deterministic: wait for this q block's turn (the other CTAs' adds),
@@ -518,6 +544,7 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
     pending = counter; // (null unless deterministic)
+    wg_wait<0>();      // the next step's S^T
   }
   if (pending) { // the last step's turn
     __syncthreads();
