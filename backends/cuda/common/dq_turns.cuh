@@ -79,6 +79,19 @@ __device__ __forceinline__ void dq_wait_turn(const int *counter, int turn,
   __syncwarp();
 }
 
+/* dq_wait_turn for the one thread that issues the adds (the copy engine's
+   bulk reductions, sm90): it polls alone. */
+__device__ __forceinline__ void dq_wait_turn_one(const int *counter, int turn,
+                                                 int seen) {
+  while (seen < turn) {
+    __nanosleep(32);
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n"
+                 : "=r"(seen)
+                 : "l"(counter)
+                 : "memory");
+  }
+}
+
 /* One thread, after a CTA barrier that every thread passed after its adds
    to the q block of `counter`: the next key block's turn. The fence is
    cumulative: with the barrier, it orders the whole CTA's adds before the

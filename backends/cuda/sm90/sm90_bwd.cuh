@@ -41,8 +41,10 @@
 // staging tile is its own 32 KB at d128; at d64 it is the warpgroup's rows
 // of the step's dS buffer (only that warpgroup's dQ reads them, and the
 // next writer of the buffer, step t + 2, passes barrier t + 1 first). The
-// deterministic mode keeps the ordered red.global adds (common/dq_turns.cuh:
-// its turns need each add complete before the next CTA's).
+// deterministic mode adds the same way, in its order (common/dq_turns.cuh):
+// the thread that issues a q block's adds waits for its turn first, and
+// the turn passes once they are complete (v5, run 57; v3-v4 kept the
+// ordered red.global adds from registers).
 //
 // Shared-memory tiles use the sm90 forward's layout (sm90_fwd.cuh,
 // common/tma.cuh): 128-byte column blocks, 128-byte hardware swizzle; K, Q, dO,
@@ -121,13 +123,6 @@ __device__ __forceinline__ void stsm_x4_t(uint32_t addr,
                : "memory");
 }
 
-__device__ __forceinline__ void red_add_v4(float *dst, float a, float b,
-                                           float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst),
-               "f"(a), "f"(b), "f"(c), "f"(d)
-               : "memory");
-}
-
 // P^T of one step from its scores, in place: exp2 of the scaled score
 // less the row's LSE. MASKED tests each score's query against the range
 // [qlo, qhi) its key sees (0 outside); without it every score is visible,
@@ -183,8 +178,8 @@ __device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
   }
 }
 
-/* TURNS: the deterministic mode (p.dq_turns set), a kernel of its own so
-   that neither way of adding dQ takes registers from the other. */
+/* TURNS: the deterministic mode (p.dq_turns set), a kernel of its own (its
+   turn waits and passes compiled out of the other). */
 template <typename T, int D, bool TURNS>
 __global__ void __launch_bounds__(256, 1)
     bwd_kernel(const __grid_constant__ fa_gpu_params p, float *dq_acc,
@@ -436,11 +431,19 @@ __global__ void __launch_bounds__(256, 1)
     wg_commit();
 
     // Both warpgroups' dS are stored; everyone is done with step t - 1, so
-    // its ring slot takes step t + NS - 1's copies (and, deterministic, the
-    // next key block its turn at step t - 1's q block); the copy engine is
-    // done reading step t - 1's dQ staging (waited for here, a step after
-    // its issue, so it costs nothing), which this step refills.
-    if (!turns && tid % 128 == 0) bulk_wait_read();
+    // its ring slot takes step t + NS - 1's copies; the copy engine is done
+    // reading step t - 1's dQ staging (waited for here, a step after its
+    // issue, so it costs nothing), which this step refills. Deterministic:
+    // step t - 1's adds are complete, and the next key block gets its turn
+    // at that q block.
+    if (tid % 128 == 0) {
+      if (turns) {
+        bulk_wait();
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+      } else {
+        bulk_wait_read();
+      }
+    }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
     if (pending && tid == 0) fa_cuda::dq_pass_turn(pending);
@@ -482,10 +485,10 @@ __global__ void __launch_bounds__(256, 1)
     pin(dv);
     pin(dk);
 
-    if (!turns) {
-      // The staging tile's two 32-column boxes (128-byte rows, swizzled);
-      // the accumulator element of (row, column) of this warpgroup's tile
-      // is dq_acc[b][r0 + row0 + row][h][col0 + column].
+    // The staging tile's two 32-column boxes (128-byte rows, swizzled); the
+    // accumulator element of (row, column) of this warpgroup's tile is
+    // dq_acc[b][r0 + row0 + row][h][dcol0 + column].
+    {
       const uint32_t box =
           DQ_COLS ? sDQ + wg * 64 * 64 * 4 : dss + wg * 64 * 128;
       constexpr uint32_t box_step = DQ_COLS ? 64 * 128 : BQ * 128;
@@ -509,50 +512,31 @@ __global__ void __launch_bounds__(256, 1)
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
       wg_bar(wg);
       if (tid % 128 == 0) {
+        // Deterministic: this q block's turn first (the earlier key
+        // blocks' adds complete), then the copy engine's adds after them.
+        if (turns) {
+          fa_cuda::dq_wait_turn_one(counter, turn, seen);
+          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+        }
         tma_reduce_add(&tdq, box, dcol0, r0 + row0, h, b);
         tma_reduce_add(&tdq, box + box_step, dcol0 + 32, r0 + row0, h, b);
         bulk_commit();
-      }
-      wg_wait<0>(); // the next step's S^T
-      continue;
-    }
-    // Deterministic: wait for this q block's turn (the other CTAs' adds),
-    // then add from registers.
-    fa_cuda::dq_wait_turn(counter, turn, seen);
-    // 16 bytes per reduction: lanes t4 and t4 ^ 1 swap halves, so that an
-    // even t4 holds 4 consecutive columns of row g, an odd one of row g + 8.
-    {
-      const bool even = (t4 & 1) == 0;
-      const int row = (DQ_COLS ? 0 : wg * 64) + warp * 16 + g + (even ? 0 : 8);
-      const int i = r0 + row;
-      float *dst =
-          dq_acc +
-          (((int64_t)b * p.prob.seqlen_q + i) * p.prob.heads_q + h) * D +
-          (DQ_COLS ? wg * 64 : 0) + 2 * (t4 & ~1);
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const float x = even ? dq[4 * j + 2] : dq[4 * j];
-        const float y = even ? dq[4 * j + 3] : dq[4 * j + 1];
-        const float rx = __shfl_xor_sync(~0u, x, 1);
-        const float ry = __shfl_xor_sync(~0u, y, 1);
-        if (i < sq) {
-          if (even)
-            red_add_v4(dst + 8 * j, dq[4 * j], dq[4 * j + 1], rx, ry);
-          else
-            red_add_v4(dst + 8 * j, rx, ry, dq[4 * j + 2], dq[4 * j + 3]);
-        }
       }
     }
     pending = counter; // (null unless deterministic)
     wg_wait<0>();      // the next step's S^T
   }
+  // The last step's dQ adds: the staging must outlive the copy engine's
+  // reads of it, and (deterministic) the adds must be complete before the
+  // turn passes.
+  if (tid % 128 == 0) {
+    bulk_wait();
+    if (turns) asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  }
   if (pending) { // the last step's turn
     __syncthreads();
     if (tid == 0) fa_cuda::dq_pass_turn(pending);
   }
-  // The last step's dQ adds: the staging must outlive the copy engine's
-  // reads of it.
-  if (!turns && tid % 128 == 0) bulk_wait();
 
   // ---- dK, dV of this thread's keys; rows past seqused_k get zeros ----
   T *gdk = (T *)p.dk.data, *gdv = (T *)p.dv.data;
