@@ -317,13 +317,13 @@ __global__ void __launch_bounds__(256, 1)
   // S^T = K Q^T, dP^T = V dO^T (this warpgroup's 64 keys): acc = (rows of
   // a: this warpgroup's keys) . (rows of b)^T over D.
   auto gemm_nt = [&](float(&acc)[BQ / 2], uint32_t a, uint32_t b) {
+    const uint64_t a0 = desc_sw128(a + wg * 64 * 128, 16, 1024),
+                   b0 = desc_sw128(b, 16, 1024);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
       const int cb = ks / 4, kk = ks % 4;
-      wgmma<T, BQ>::ss(
-          acc,
-          desc_sw128(a + cb * BN * 128 + wg * 64 * 128 + kk * 32, 16, 1024),
-          desc_sw128(b + cb * BQ * 128 + kk * 32, 16, 1024), ks > 0);
+      wgmma<T, BQ>::ss(acc, desc_add(a0, cb * BN * 128 + kk * 32),
+                       desc_add(b0, cb * BQ * 128 + kk * 32), ks > 0);
     }
     wg_commit();
   };
@@ -419,15 +419,15 @@ __global__ void __launch_bounds__(256, 1)
     pin(dk);
     pin(pa);
     pin(da);
+    const uint64_t ddo = desc_sw128(dos, BQ * 128, 1024),
+                   dq0 = desc_sw128(qs, BQ * 128, 1024);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; kk++)
-      wgmma<T, D>::rs(dv, pa[kk],
-                      desc_sw128(dos + kk * 16 * 128, BQ * 128, 1024), 1);
+      wgmma<T, D>::rs(dv, pa[kk], desc_add(ddo, kk * 16 * 128), 1);
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; kk++)
-      wgmma<T, D>::rs(dk, da[kk],
-                      desc_sw128(qs + kk * 16 * 128, BQ * 128, 1024), 1);
+      wgmma<T, D>::rs(dk, da[kk], desc_add(dq0, kk * 16 * 128), 1);
     wg_commit();
 
     // Both warpgroups' dS are stored; everyone is done with step t - 1, so
@@ -459,13 +459,13 @@ __global__ void __launch_bounds__(256, 1)
     {
       const uint32_t rows = DQ_COLS ? 0 : wg * 64 * 128;
       const uint32_t cols = DQ_COLS ? wg * BN * 128 : 0;
+      const uint64_t a0 = desc_sw128(dss + rows, 16, 1024),
+                     b0 = desc_sw128(sK + cols, BN * 128, 1024);
 #pragma unroll
       for (int ks = 0; ks < BN / 16; ks++)
-        wgmma<T, 64>::ss_bt(
-            dq,
-            desc_sw128(dss + (ks / 4) * BQ * 128 + rows + (ks % 4) * 32, 16,
-                       1024),
-            desc_sw128(sK + cols + ks * 16 * 128, BN * 128, 1024), ks > 0);
+        wgmma<T, 64>::ss_bt(dq,
+                            desc_add(a0, (ks / 4) * BQ * 128 + (ks % 4) * 32),
+                            desc_add(b0, ks * 16 * 128), ks > 0);
     }
     wg_commit();
     // Deterministic: this q block's counter and turn, and a first look.

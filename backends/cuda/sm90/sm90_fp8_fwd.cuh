@@ -125,21 +125,20 @@ template <typename IN, typename TO> struct fp8_ops {
   }
   __device__ __forceinline__ static void
   issue_s(float (&sc)[BN / 2], uint32_t sQ, uint32_t sK, uint32_t s, int cw) {
+    const uint64_t a0 = desc_sw128(sQ + cw * 64 * 128, 16, 1024),
+                   b0 = desc_sw128(sK + s * KB, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; kk++) {
-      const uint64_t da = desc_sw128(sQ + cw * 64 * 128 + kk * 32, 16, 1024);
-      const uint64_t db = desc_sw128(sK + s * KB + kk * 32, 16, 1024);
-      wgmma_f8<IN, IN, BN>::ss(sc, da, db, kk > 0);
-    }
+    for (int kk = 0; kk < kD / 32; kk++)
+      wgmma_f8<IN, IN, BN>::ss(sc, desc_add(a0, kk * 32), desc_add(b0, kk * 32),
+                               kk > 0);
   }
   __device__ __forceinline__ static void issue_pv(float (&o)[NO][ON / 2],
                                                   const uint32_t (&pa)[PK][4],
                                                   uint32_t sV, uint32_t s) {
+    const uint64_t b0 = desc_sw128(sV + s * VB, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < BN / 32; kk++) {
-      const uint64_t db = desc_sw128(sV + s * VB + kk * 32, 16, 1024);
-      wgmma_f8<f8_e4m3, IN, kD>::rs(o[0], pa[kk], db, 1);
-    }
+    for (int kk = 0; kk < BN / 32; kk++)
+      wgmma_f8<f8_e4m3, IN, kD>::rs(o[0], pa[kk], desc_add(b0, kk * 32), 1);
   }
   // P (times kPScale) to e4m3 A fragments: k32 group kk is n8 chunks
   // 4kk .. 4kk+3; registers 0/2 hold row g, 1/3 row g + 8; register 0 the

@@ -100,28 +100,26 @@ template <typename T, int D> struct fwd16_ops {
   // S = Q K_s^T: D / 16 k16 steps, 4 of them in each 128-byte block.
   __device__ __forceinline__ static void
   issue_s(float (&sc)[BN / 2], uint32_t sQ, uint32_t sK, uint32_t s, int cw) {
+    const uint64_t a0 = desc_sw128(sQ + cw * 64 * 128, 16, 1024),
+                   b0 = desc_sw128(sK + s * KB, 16, 1024);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
       const int cb = ks / 4, kk = ks % 4;
-      const uint64_t da =
-          desc_sw128(sQ + cb * BM * 128 + cw * 64 * 128 + kk * 32, 16, 1024);
-      const uint64_t db =
-          desc_sw128(sK + s * KB + cb * BN * 128 + kk * 32, 16, 1024);
-      wgmma<T, BN>::ss(sc, da, db, ks > 0);
+      wgmma<T, BN>::ss(sc, desc_add(a0, cb * BM * 128 + kk * 32),
+                       desc_add(b0, cb * BN * 128 + kk * 32), ks > 0);
     }
   }
   // O += P V_s, V read MN-major (transposed B).
   __device__ __forceinline__ static void issue_pv(float (&o)[NO][ON / 2],
                                                   const uint32_t (&pa)[PK][4],
                                                   uint32_t sV, uint32_t s) {
+    const uint64_t b0 = desc_sw128(sV + s * VB, BN * 128, 1024);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
-      for (int n = 0; n < NO; n++) {
-        const uint64_t db = desc_sw128(
-            sV + s * VB + n * 2 * BN * 128 + kk * 16 * 128, BN * 128, 1024);
-        wgmma<T, ON>::rs(o[n], pa[kk], db, 1);
-      }
+      for (int n = 0; n < NO; n++)
+        wgmma<T, ON>::rs(o[n], pa[kk],
+                         desc_add(b0, n * 2 * BN * 128 + kk * 16 * 128), 1);
   }
   // P to 16 bits: the accumulators of n8 chunks 2kk, 2kk+1 are, packed,
   // the m16n8k16 A fragment of keys 16kk..16kk+15.
