@@ -84,14 +84,24 @@ static inline int most_of(const int *x, int n, int k) {
   return z < k ? z : k;
 }
 
-/* Row tails of a column chunk of N vectors (compile-time N, tail). With
-   k_of_row, each micro-tile of rows [i, i + R) runs only the first
-   most_of(k_of_row + i, R) of the k steps (the rest of its A is 0). */
+/* What a product does per row of C (each NULL for nothing): scale, C's
+   rows scaled by scale[i] as they are loaded (micro's rsc); k_end, row i
+   needs only the first k_end[i] of the k steps (the rest of its A is 0). */
+typedef struct cpu_row_ops {
+  const float *scale;
+  const int *k_end;
+} cpu_row_ops;
+
+/* Row tails of a column chunk of N vectors (compile-time N, tail); ro (or
+   NULL) as cpu_row_ops says, a micro-tile of rows [i, i + R) running the
+   most of k_end over its rows. */
 FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
                                  const float *A, int64_t rs, int64_t cs,
                                  const float *B, int64_t ldb, float *C,
-                                 int64_t ldc, int acc, const float *rsc,
-                                 const int *k_of_row, cpu_prefetch *pf) {
+                                 int64_t ldc, int acc, const cpu_row_ops *ro,
+                                 cpu_prefetch *pf) {
+  const float *rsc = ro ? ro->scale : NULL;
+  const int *k_of_row = ro ? ro->k_end : NULL;
   int i = 0;
   for (; i + FA_MR <= m; i += FA_MR)
     micro(FA_MR, N, tail, most_of(k_of_row ? k_of_row + i : NULL, FA_MR, k),
@@ -131,23 +141,23 @@ FA_ALWAYS_INLINE void micro_rows(const int N, const int tail, int m, int k,
 
 /* Full chunks of FA_NV vectors, then one last chunk of 1..FA_NV vectors
    whose final vector may be partial; pf (or NULL) prefetched on the way;
-   with rsc, C's rows scaled by rsc[i] before they accumulate (micro).
-   The cuts (NULL: none) skip products a mask makes 0 or overwrites, on the
-   tiles a causal diagonal cuts: a chunk of columns [j, j + FA_NV FA_VW)
-   computes only rows [0, most_of(m_of_col + j)) (scores S^T: a key no
-   lane of the chunk sees is masked to -inf afterwards), a micro-tile of
-   rows only its first k steps (O += P.V: P of the keys past a lane's
-   window is 0). */
+   ro (or NULL) per row of C (cpu_row_ops: the rescale, the k cut). The
+   cuts skip products a mask makes 0 or overwrites, on the tiles a causal
+   diagonal cuts: with m_of_col (or NULL), a chunk of columns [j, j + FA_NV
+   FA_VW) computes only rows [0, most_of(m_of_col + j)) (scores S^T: a key
+   no lane of the chunk sees is masked to -inf afterwards); with ro's
+   k_end, a micro-tile of rows only its first k steps (O += P.V: P of the
+   keys past a lane's window is 0). */
 FA_ALWAYS_INLINE void gemm_cut(int m, int n, int k, const float *A, int64_t rs,
                                int64_t cs, const float *B, int64_t ldb,
-                               float *C, int64_t ldc, int acc, const float *rsc,
-                               const int *m_of_col, const int *k_of_row,
+                               float *C, int64_t ldc, int acc,
+                               const cpu_row_ops *ro, const int *m_of_col,
                                cpu_prefetch *pf) {
   const int chunk = FA_NV * FA_VW;
   int j = 0;
   for (; j + chunk <= n; j += chunk)
     micro_rows(FA_NV, 0, most_of(m_of_col ? m_of_col + j : NULL, chunk, m), k,
-               A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, k_of_row, pf);
+               A, rs, cs, B + j, ldb, C + j, ldc, acc, ro, pf);
   int left = n - j;
   if (left <= 0) return;
   int nvec = (left + FA_VW - 1) / FA_VW, tail = left % FA_VW;
@@ -155,11 +165,11 @@ FA_ALWAYS_INLINE void gemm_cut(int m, int n, int k, const float *A, int64_t rs,
 #define FA_LAST(NV)                                                            \
   case NV:                                                                     \
     if (tail)                                                                  \
-      micro_rows(NV, tail, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc, \
-                 k_of_row, pf);                                                \
+      micro_rows(NV, tail, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, ro,  \
+                 pf);                                                          \
     else                                                                       \
-      micro_rows(NV, 0, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, rsc,    \
-                 k_of_row, pf);                                                \
+      micro_rows(NV, 0, mj, k, A, rs, cs, B + j, ldb, C + j, ldc, acc, ro,     \
+                 pf);                                                          \
     break;
   switch (nvec) {
     FA_LAST(1)
@@ -181,7 +191,8 @@ FA_ALWAYS_INLINE void gemm_cut(int m, int n, int k, const float *A, int64_t rs,
 static void gemm_rsc(int m, int n, int k, const float *A, int64_t rs,
                      int64_t cs, const float *B, int64_t ldb, float *C,
                      int64_t ldc, int acc, const float *rsc, cpu_prefetch *pf) {
-  gemm_cut(m, n, k, A, rs, cs, B, ldb, C, ldc, acc, rsc, NULL, NULL, pf);
+  const cpu_row_ops ro = {rsc, NULL};
+  gemm_cut(m, n, k, A, rs, cs, B, ldb, C, ldc, acc, &ro, NULL, pf);
 }
 
 static void gemm_pf(int m, int n, int k, const float *A, int64_t rs, int64_t cs,

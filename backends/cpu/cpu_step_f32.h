@@ -137,7 +137,7 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
   }
   const cpu_slayout sl = {bq, 1, bq};
   gemm_cut(nc, bq - l0, p->a.head_dim, k, ldk, 1, ws + t->qt + l0, t->ldqt,
-           ws + t->s + l0, bq, 0, NULL, cut ? vhi + l0 : NULL, NULL, &pk);
+           ws + t->s + l0, bq, 0, NULL, cut ? vhi + l0 : NULL, &pk);
   scores_post(p, ws + t->s, &sl, &it->ln, it->sq, it->sk, col0, nc, NULL);
   online_softmax(t, ws, nc);
   // O[r][:] = mu[r] O[r][:] + sum_c P^T[c][r] V[c][:], the rescale in the
@@ -150,8 +150,8 @@ static void f32_block(const cpu_fwd_item *it, int col0, int nc) {
                  0);
   } else {
     rescale_o(o, t->ldv, mu, l0, dv); // the rows the product skips
+    const cpu_row_ops ro = {mu + l0, cut ? vhi + l0 : NULL};
     gemm_cut(nr - l0, dv, nc, ws + t->s + l0, 1, bq, v, ldv,
-             o + (size_t)l0 * t->ldv, t->ldv, 1, mu + l0, NULL,
-             cut ? vhi + l0 : NULL, &pv);
+             o + (size_t)l0 * t->ldv, t->ldv, 1, &ro, NULL, &pv);
   }
 }
