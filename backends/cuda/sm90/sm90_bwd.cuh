@@ -19,7 +19,7 @@
 // s 4k) shows 12% occupancy, 0.26 eligible warps per scheduler, 805M L2
 // reduction requests, 126 TFLOPS. Here the tensor cores read Q, dO, K, dS
 // straight from shared memory, a warpgroup owns 64 keys (4x the reuse of
-// each Q/dO byte), and a reduction carries 4 floats.
+// each Q/dO byte), and dQ is added 8 KB at a time by the copy engine.
 //
 // Pipeline (no producer warpgroup: one thread issues the copies, which are
 // asynchronous): Q and dO of step t land by TMA in ring slot t % 3 on the
@@ -29,7 +29,9 @@
 // slot's previous user), so a copy has a whole step to land. dS is double
 // buffered: one warpgroup may store step t + 1's dS while the other still
 // reads step t's for dQ; step t + 2 reuses t's buffer after barrier t + 1,
-// which both pass only once done with step t.
+// which both pass only once done with step t. Step t + 1's S^T is issued
+// behind step t's dQ GEMM and waited for at the end of step t (v4, run
+// 56: see start_scores).
 //
 // dQ's adds (v3, run 55): each warpgroup stores its 64 x 64 fp32 tile of
 // dQ to shared memory in the accumulator map's box layout (two boxes of 32
