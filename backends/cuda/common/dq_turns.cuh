@@ -63,24 +63,8 @@ __device__ __forceinline__ int dq_turn_peek(const int *counter) {
 }
 
 /* Waits until `turn` key blocks have added to the q block of `counter`
-   (`seen`: dq_turn_peek's value): lane 0 of each warp polls (acquire),
-   then releases its warp. */
-__device__ __forceinline__ void dq_wait_turn(const int *counter, int turn,
-                                             int seen) {
-  if ((threadIdx.x & 31) == 0) {
-    while (seen < turn) {
-      __nanosleep(32);
-      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n"
-                   : "=r"(seen)
-                   : "l"(counter)
-                   : "memory");
-    }
-  }
-  __syncwarp();
-}
-
-/* dq_wait_turn for the one thread that issues the adds (the copy engine's
-   bulk reductions, sm90): it polls alone. */
+   (`seen`: dq_turn_peek's value), one thread polling (acquire): the sm90
+   backward's thread that issues the copy engine's adds. */
 __device__ __forceinline__ void dq_wait_turn_one(const int *counter, int turn,
                                                  int seen) {
   while (seen < turn) {
@@ -90,6 +74,14 @@ __device__ __forceinline__ void dq_wait_turn_one(const int *counter, int turn,
                  : "l"(counter)
                  : "memory");
   }
+}
+
+/* The same for a warp whose lanes all add (sm80): lane 0 polls, then
+   releases its warp. */
+__device__ __forceinline__ void dq_wait_turn(const int *counter, int turn,
+                                             int seen) {
+  if ((threadIdx.x & 31) == 0) dq_wait_turn_one(counter, turn, seen);
+  __syncwarp();
 }
 
 /* One thread, after a CTA barrier that every thread passed after its adds

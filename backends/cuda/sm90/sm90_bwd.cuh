@@ -184,7 +184,7 @@ __device__ __forceinline__ void zero_rows(uint32_t tile, int rows, int from,
    turn waits and passes compiled out of the other). */
 template <typename T, int D, bool TURNS>
 __global__ void __launch_bounds__(256, 1)
-    bwd_kernel(const __grid_constant__ fa_gpu_params p, float *dq_acc,
+    bwd_kernel(const __grid_constant__ fa_gpu_params p,
                const __grid_constant__ CUtensorMap tq,
                const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap tv,
@@ -593,7 +593,7 @@ int launch_bwd(const fa_gpu_params *p, float *dq_acc, int64_t rows_q,
   const int64_t ctas = (int64_t)((p->prob.seqlen_k + kBwdKeys - 1) / kBwdKeys) *
                        p->prob.heads_kv * p->prob.batch;
   if (ctas > 0)
-    kernel<<<(unsigned)ctas, 256, smem, s>>>(*p, dq_acc, tq, tk, tv, tdo, tdq);
+    kernel<<<(unsigned)ctas, 256, smem, s>>>(*p, tq, tk, tv, tdo, tdq);
   if ((e = cudaGetLastError()) != cudaSuccess) return (int)e;
   return fa_cuda::launch_dq_store<T, D>(p, dq_acc, s);
 }
