@@ -6,7 +6,8 @@
       --lib build-cuda/libflashattn.so [shape ...]
 
 Shapes (default: all forward ones): d64, d128, d128c (causal), decode (b8,
-32/8 heads, d128, kv 32k), d64s4k / d128s4k (16k tokens at s 4k); bwd64,
+32/8 heads, d128, kv 32k), d64s4k / d128s4k (16k tokens at s 4k),
+d128s1k / d128s1kc (16k tokens at s 1k, full and causal); bwd64,
 bwd128 run one fa_backward (16k tokens, s 4k) after their forward. Uses
 bench_sdpa.py's ctypes binding. --cudnn runs the same shapes (forward, and
 backward for bwd*) through torch SDPA's cuDNN backend instead, so one ncu
@@ -30,6 +31,8 @@ SHAPES = {
 
     "d64s4k": (4, 4096, 4096, 32, 32, 64, False),
     "d128s4k": (4, 4096, 4096, 16, 16, 128, False),
+    "d128s1k": (16, 1024, 1024, 16, 16, 128, False),  # items of 8 blocks
+    "d128s1kc": (16, 1024, 1024, 16, 16, 128, True),
     "d128c": (1, 16384, 16384, 16, 16, 128, True),
     "decode": (8, 1, 32768, 32, 8, 128, False),
 }

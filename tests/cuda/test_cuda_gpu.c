@@ -1050,6 +1050,14 @@ int main(int argc, char **argv) {
        0, 1, 1, 0},
       {"sm90 quick paged", FA_BF16, 1, 200, 600, 70, 10, 128, 128, BR, -1, -1,
        0, 0, 0, 2, 16},
+      // Three or more items a CTA, a few key blocks each: the sm90 forward
+      // carries its Q and K/V rings' phases from one item to the next, and
+      // a stage released twice or never hangs or races only once the rings
+      // wrap (bench/gpu/NOTES-cuda.md, run 63).
+      {"sm90 quick items", FA_BF16, 1, 128, 400, 400, 50, 128, 128, 0, -1, -1,
+       0, 0, 0, 0, 0},
+      {"sm90 quick items d64 causal", FA_F16, 1, 192, 300, 420, 60, 64, 64, BR,
+       -1, -1, 0, 0, 0, 0, 0},
   };
   static const prob full_cases[] = {
       {"d64", FA_BF16, 2, 300, 300, 4, 4, 64, 64, 0, -1, -1, 0, 0, 0, 0, 0},
