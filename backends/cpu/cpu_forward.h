@@ -49,7 +49,7 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
                     (int64_t)esz;
             const int bytes = (z ? dv : p->a.head_dim) * (int)esz;
             for (int off = 0; off < bytes; off += 64)
-              __builtin_prefetch(row + off);
+              __builtin_prefetch(row + off, 0, FA_PREFETCH_LOCALITY);
           }
         load_k_rows((float *)kh[x] + (size_t)c * t->ld, t->ld, p, &args->k, b,
                     hk + x, col0 + c, 1, p->a.head_dim);

@@ -147,9 +147,10 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
     for (int e = c; e < c + 1 + two; e++) {
       if (e + FA_PREFETCH_KEYS < nc)
         for (int off = 0; off < d * esz; off += 64)
-          __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off);
+          __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off, 0,
+                             FA_PREFETCH_LOCALITY);
       for (int off = 0; off < dv * esz; off += 64)
-        __builtin_prefetch(vb + fr->voff[e] + off);
+        __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
     }
     const uint8_t *k0 = kb + fr->koff[c], *k1 = kb + fr->koff[c + two];
     const int nan0 = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(k0, d);
@@ -202,9 +203,10 @@ static void scores_bf16_dp(const fa_problem *p, const fa_fwd_args *args,
         for (int e = c; e < c + 1 + two; e++) {
           if (e + FA_PREFETCH_KEYS < nc)
             for (int off = 0; off < d * 2; off += 64)
-              __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off);
+              __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off, 0,
+                                 FA_PREFETCH_LOCALITY);
           for (int off = 0; off < dv * 2; off += 64)
-            __builtin_prefetch(vb + fr->voff[e] + off);
+            __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
         }
       const uint16_t *k0 = (const uint16_t *)(const void *)(kb + fr->koff[c]);
       const uint16_t *k1 =

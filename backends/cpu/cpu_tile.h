@@ -22,6 +22,18 @@
 #ifndef FA_PREFETCH_KEYS
 #define FA_PREFETCH_KEYS 4
 #endif
+/* Where those prefetches land: __builtin_prefetch's locality, 2 =
+   prefetcht1, the L2, rather than 3 (prefetcht0, the L1; before):
+   measured on Zen 4, bf16 decode 32/8 heads d128 32k keys, 1 thread 15.6
+   -> 12.0 ms, 2 threads 7.6-7.9 -> 6.0-7.3 ms, from L3 unchanged
+   (bench/NOTES.md, 2026-12-04). The likely reason (no PMU in that VM to
+   confirm it): the row path is bound by the misses a core keeps in flight
+   (the rows of one kv head lie heads_kv rows apart, which the hardware
+   prefetchers do not follow), and prefetches into the L1 hold its few
+   miss buffers, which the loads need. */
+#ifndef FA_PREFETCH_LOCALITY
+#define FA_PREFETCH_LOCALITY 2
+#endif
 
 /* ---- tile loads ------------------------------------------------------- */
 

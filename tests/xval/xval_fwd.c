@@ -215,7 +215,7 @@ int xv_run_forward(xrun *r, xs *s, char *res, size_t rn, msgbuf *m) {
   double err = ts_rel_err(oref, ogot, no),
          bound = xv_fwd_bound(bt, nerr, max_lse);
   double merr = ts_max_err(oref, ogot, no),
-         mbound = xv_fwd_bound(bt, nmerr, max_lse);
+         mbound = xv_fwd_max_bound(bt, nmerr, max_lse);
   xv_check_err("o (relative Frobenius)", err, bound, m);
   xv_check_err("o (max abs / max |ref|)", merr, mbound, m);
   // FP8 products: the tensor cores keep ~14 bits of the accumulated sum

@@ -90,6 +90,7 @@ double xv_bwd_bound(fa_dtype t, double naive_err);
 double xv_bwd_max_bound(fa_dtype t, double naive_max_err);
 double xv_dsinks_bound(fa_dtype t);
 double xv_fwd_bound(fa_dtype t, double naive_err, double max_lse);
+double xv_fwd_max_bound(fa_dtype t, double naive_max_err, double max_lse);
 double xv_f32_logit_term(double max_lse);
 double xv_lse_bound(fa_dtype t, double naive_err);
 int xv_naive_sane(fa_dtype t, double naive_err);
