@@ -33,14 +33,14 @@ static void fwd_block_rows(cpu_fwd_item *it, int col0, int nc) {
     ldk = args->k.stride_seq;
     ldv = args->v.stride_seq;
   } else if (it->fp8) {
-    fp8_rows_block(p, args, b, hk, col0, nc, &it->fr);
+    fp8_rows_block(p, args, b, hk, col0, nc, it->kend, &it->fr);
   } else {
     const size_t esz = fa_dtype_size(p->dtype);
     for (int c = 0; c < nc; c++)
       for (int x = 0; x < kvt; x++) {
         // Decode is bound by memory latency: ask for the rows a few keys
         // ahead while these are widened.
-        if (c + FA_PREFETCH_KEYS < nc)
+        if (col0 + c + FA_PREFETCH_KEYS < it->kend)
           for (int z = 0; z < 2; z++) {
             const fa_tensor *src = z ? &args->v : &args->k;
             const char *row =
@@ -179,6 +179,7 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   const int fold = (int64_t)(s1 - s0) * t->bk > FA_FOLD_FROM;
   const int fold_blocks = FA_FOLD_KEYS > t->bk ? FA_FOLD_KEYS / t->bk : 1;
   if (fold) fold_init(t, ws, it.nr, dv);
+  it.kend = (int64_t)s1 * t->bk < sk ? s1 * t->bk : sk;
   for (int kb = s0; kb < s1; kb++) {
     if (fold && kb > s0 && (kb - s0) % fold_blocks == 0)
       fold_state(t, ws, it.nr, dv);

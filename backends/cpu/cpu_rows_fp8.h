@@ -43,6 +43,10 @@ typedef struct cpu_fp8_rows {
   int e5m2, wide; // wide: rows of fp32, bf16 or f16 values, esz bytes each
   int esz;
   int64_t koff[FA_FP8_ROW_KEYS], voff[FA_FP8_ROW_KEYS];
+  // The next block's first K rows (nnext of them, within the item), so
+  // that the prefetch a few keys ahead runs on across the block's end.
+  int nnext;
+  int64_t knext[FA_PREFETCH_KEYS];
   float kx[FA_MAX_KV_TILES], vx[FA_MAX_KV_TILES];
 } cpu_fp8_rows;
 
@@ -72,13 +76,27 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
 }
 
 /* The row offsets of keys [col0, col0 + nc) (one block-table lookup per
-   key, shared by every kv head). */
+   key, shared by every kv head), and of the next block's first K rows
+   before kend. */
 static void fp8_rows_block(const fa_problem *p, const fa_fwd_args *args, int b,
-                           int hk, int col0, int nc, cpu_fp8_rows *fr) {
+                           int hk, int col0, int nc, int kend,
+                           cpu_fp8_rows *fr) {
   for (int c = 0; c < nc; c++) {
     fr->koff[c] = fa_k_offset(p, &args->k, b, col0 + c, hk) * fr->esz;
     fr->voff[c] = fa_k_offset(p, &args->v, b, col0 + c, hk) * fr->esz;
   }
+  const int left = kend - (col0 + nc);
+  fr->nnext =
+      left < FA_PREFETCH_KEYS ? (left > 0 ? left : 0) : FA_PREFETCH_KEYS;
+  for (int c = 0; c < fr->nnext; c++)
+    fr->knext[c] = fa_k_offset(p, &args->k, b, col0 + nc + c, hk) * fr->esz;
+}
+
+/* The offset of the K row e + FA_PREFETCH_KEYS keys on (this block or the
+   next one's first), or -1 past the item's keys. */
+FA_ALWAYS_INLINE int64_t fp8_rows_ahead(const cpu_fp8_rows *fr, int e, int nc) {
+  const int a = e + FA_PREFETCH_KEYS;
+  return a < nc ? fr->koff[a] : a - nc < fr->nnext ? fr->knext[a - nc] : -1;
 }
 
 /* How a row's codes are decoded: e4m3 without setting NaN codes apart (a
@@ -145,10 +163,10 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
   for (int c = 0; c < nc; c += 2) {
     const int two = c + 1 < nc;
     for (int e = c; e < c + 1 + two; e++) {
-      if (e + FA_PREFETCH_KEYS < nc)
+      const int64_t ka = fp8_rows_ahead(fr, e, nc);
+      if (ka >= 0)
         for (int off = 0; off < d * esz; off += 64)
-          __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off, 0,
-                             FA_PREFETCH_LOCALITY);
+          __builtin_prefetch(kb + ka + off, 0, FA_PREFETCH_LOCALITY);
       for (int off = 0; off < dv * esz; off += 64)
         __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
     }
@@ -201,10 +219,10 @@ static void scores_bf16_dp(const fa_problem *p, const fa_fwd_args *args,
       const int two = c + 1 < nc;
       if (r0 == 0)
         for (int e = c; e < c + 1 + two; e++) {
-          if (e + FA_PREFETCH_KEYS < nc)
+          const int64_t ka = fp8_rows_ahead(fr, e, nc);
+          if (ka >= 0)
             for (int off = 0; off < d * 2; off += 64)
-              __builtin_prefetch(kb + fr->koff[e + FA_PREFETCH_KEYS] + off, 0,
-                                 FA_PREFETCH_LOCALITY);
+              __builtin_prefetch(kb + ka + off, 0, FA_PREFETCH_LOCALITY);
           for (int off = 0; off < dv * 2; off += 64)
             __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
         }

@@ -30,6 +30,7 @@ typedef struct cpu_fwd_item {
   const cpu_kvpack *kvpack; // the bf16 step's packed K/V
   cpu_lanes ln;
   int b, hk, sq, sk;
+  int kend;     // end of the item's keys (its split's last block, or sk)
   int nr;       // valid lanes (rows x packed heads)
   int kvt, lpk; // kv heads the tile spans, lanes per kv head
   int direct;   // fp32 K/V read in place
