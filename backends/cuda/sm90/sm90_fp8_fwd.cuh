@@ -24,8 +24,11 @@
 // stays a normal e4m3 number (2^-17 a subnormal) instead of flushing from
 // 2^-6 (2^-9) down. A scale that maps each row's maximum to 448 would need
 // a per-row factor carried into the rescale for no extra precision (e4m3's
-// relative step is the same in every binade). l sums P in fp32 before the
-// rounding; the 2^-8 is folded into the output factor.
+// relative step is the same in every binade). The softmax gives P times
+// 2^8 directly (its reference 8 lower: P_LOG2 in sm90_items.cuh's
+// exp_rows), so no multiply per score; l sums that P in fp32 before the
+// rounding, the epilogue divides l by 2^8 exactly, and O's factor carries
+// the 2^-8 of the P V accumulators.
 //
 // Descales. The scores are scale * (dq q).(dk k) = (scale dq dk) q.k: the
 // product scale * dq * dk (per sequence and kv head, read once per work
@@ -69,7 +72,8 @@ using namespace fa_sm90; // the schedule, the wgmma FP8 wrappers
 constexpr int kD = 128, kBM = 128, kBN = kVtKeys, kStages = 4;
 constexpr int kNC = kBM / 64;
 constexpr uint32_t kQB = kBM * kD, kKB = kBN * kD, kVB = kD * kBN; // bytes
-constexpr float kPScale = 256.0f;
+constexpr int kPLog2 = 8; // P's fixed scale, 2^8 (see the header)
+constexpr float kPScale = (float)(1 << kPLog2);
 
 /* The descale of an input for sequence b, kv head hk (1 without one). */
 __device__ __forceinline__ float
@@ -100,6 +104,7 @@ template <typename IN, typename TO> struct fp8_ops {
   static constexpr int BM = kBM, BN = kBN, ST = kStages;
   static constexpr int NCB = 1, CB = kD; // a row of kD codes: one block
   static constexpr int ON = kD, NO = 1, PK = BN / 32; // k32 steps of P V
+  static constexpr int P_LOG2 = kPLog2; // the softmax gives P times kPScale
   static constexpr uint32_t QB = kQB, KB = kKB, VB = kVB;
   typedef TO out_t;
 
@@ -140,9 +145,9 @@ template <typename IN, typename TO> struct fp8_ops {
     for (int kk = 0; kk < BN / 32; kk++)
       wgmma_f8<f8_e4m3, IN, kD>::rs(o[0], pa[kk], desc_add(b0, kk * 32), 1);
   }
-  // P (times kPScale) to e4m3 A fragments: k32 group kk is n8 chunks
-  // 4kk .. 4kk+3; registers 0/2 hold row g, 1/3 row g + 8; register 0 the
-  // chunks 4kk, 4kk+1 and register 2 the chunks 4kk+2, 4kk+3, two keys of
+  // P (already times kPScale: P_LOG2) to e4m3 A fragments: k32 group kk is n8
+  // chunks 4kk .. 4kk+3; registers 0/2 hold row g, 1/3 row g + 8; register 0
+  // the chunks 4kk, 4kk+1 and register 2 the chunks 4kk+2, 4kk+3, two keys of
   // each (the order fp8_vt_key stores V^T in).
   __device__ __forceinline__ static void pack_p(const float (&sc)[BN / 2],
                                                 uint32_t (&pa)[PK][4]) {
@@ -152,8 +157,7 @@ template <typename IN, typename TO> struct fp8_ops {
       for (int r = 0; r < 4; r++) {
         const int hr = r & 1, j = 4 * kk + 2 * (r >> 1);
         const float *a = &sc[4 * j + 2 * hr], *b = &sc[4 * (j + 1) + 2 * hr];
-        pa[kk][r] = e4m3x2(a[0] * kPScale, a[1] * kPScale) |
-                    e4m3x2(b[0] * kPScale, b[1] * kPScale) << 16;
+        pa[kk][r] = e4m3x2(a[0], a[1]) | e4m3x2(b[0], b[1]) << 16;
       }
   }
   // V^T has zeros past each sequence's end (the pre-pass writes them).

@@ -73,6 +73,7 @@ template <typename T, int D> struct fwd16_ops {
   static constexpr int ON = D > 128 ? 128 : D; // N of one O wgmma
   static constexpr int NO = D / ON;            // O pieces
   static constexpr int PK = BN / 16;           // k16 steps of P V
+  static constexpr int P_LOG2 = 0;             // P unscaled
   static constexpr uint32_t QB = BM * D * 2, KB = BN * D * 2, VB = KB;
   typedef T out_t;
   static_assert(BM % 64 == 0 && (BM / 64 == 2 || BM / 64 == 3) && D % 64 == 0 &&

@@ -189,21 +189,27 @@ __device__ __forceinline__ void mask_rows(const fa_gpu_params &p,
 /* P = exp2 of each score's exponent against its row's reference, in place,
    and the row sums into l. FUSED: one FMA per exponent
    (fa_softmax_exponent_fused), else the separately rounded product
-   (fa_softmax_exponent). */
-template <int BN, bool FUSED>
+   (fa_softmax_exponent). P_LOG2: P comes out times 2^P_LOG2 (the FP8
+   kernel's fixed P scale, sm90_fp8_fwd.cuh), and l with it: in the fused
+   form by a reference P_LOG2 lower (an offset common to the row, as the
+   fused form's own, and no multiply per score), in the other by an exact
+   multiply. */
+template <int BN, bool FUSED, int P_LOG2>
 __device__ __forceinline__ void
 exp_rows(float (&sc)[BN / 2], const float (&ref)[2], float (&lrow)[2],
          const float (&alpha)[2], float mul) {
 #pragma unroll
   for (int hr = 0; hr < 2; hr++) {
+    const float r = FUSED ? ref[hr] - (float)P_LOG2 : ref[hr];
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         float &v = sc[4 * j + 2 * hr + e];
-        v = fa_cuda::ex2(FUSED ? fa_softmax_exponent_fused(v, mul, ref[hr])
-                               : fa_softmax_exponent(v, mul, ref[hr]));
+        v = fa_cuda::ex2(FUSED ? fa_softmax_exponent_fused(v, mul, r)
+                               : fa_softmax_exponent(v, mul, r));
+        if (!FUSED && P_LOG2 != 0) v *= (float)(1 << P_LOG2);
         sum += v;
       }
     lrow[hr] = lrow[hr] * alpha[hr] + sum;
@@ -219,7 +225,7 @@ exp_rows(float (&sc)[BN / 2], const float (&ref)[2], float (&lrow)[2],
    per row, between a row's max and its exps, keeps the compiler from
    interleaving the two rows' softmax (the d64 forward's cost is measured
    in bench/gpu/NOTES-cuda.md, runs 35-37). */
-template <int BN>
+template <int BN, int P_LOG2 = 0>
 __device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
                                              float (&mrow)[2], float (&lrow)[2],
                                              float (&alpha)[2], float mul) {
@@ -238,12 +244,16 @@ __device__ __forceinline__ void softmax_rows(float (&sc)[BN / 2],
     alpha[hr] = ae == 0.0f ? 1.0f : fa_cuda::ex2(ae);
   }
   // The fused form unless a row of this warp has a huge reference
-  // (warp-uniform, so neither path diverges).
-  if (__all_sync(~0u,
-                 fa_softmax_fused_ok(ref[0]) && fa_softmax_fused_ok(ref[1])))
-    exp_rows<BN, true>(sc, ref, lrow, alpha, mul);
+  // (warp-uniform, so neither path diverges). With P scaled, ref - P_LOG2
+  // must round by at most 0.5 too (|ref| < 2^23), or the row's largest P
+  // could pass 2^(P_LOG2 + 0.81) and saturate in e4m3 (448).
+  auto ok = [](float r) {
+    return fa_softmax_fused_ok(r) && (P_LOG2 == 0 || fabsf(r) < 0x1p23f);
+  };
+  if (__all_sync(~0u, ok(ref[0]) && ok(ref[1])))
+    exp_rows<BN, true, P_LOG2>(sc, ref, lrow, alpha, mul);
   else
-    exp_rows<BN, false>(sc, ref, lrow, alpha, mul);
+    exp_rows<BN, false, P_LOG2>(sc, ref, lrow, alpha, mul);
 }
 
 } // namespace fa_sm90

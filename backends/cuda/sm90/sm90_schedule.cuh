@@ -58,6 +58,8 @@
 //   QB, KB, VB            bytes of the Q tile, a K block, a V block
 //   NO, ON                O's wgmma pieces and the N of each
 //   PK                    A fragments of P (one per wgmma K step)
+//   P_LOG2                P leaves the softmax times 2^P_LOG2 (0, or the
+//                         FP8 kernel's fixed scale); l is divided back
 //   out_t                 O's element
 //   softmax_mul(p, b, hk, mul)  the base-2 softmax's factor of a raw
 //                         score (mul: scale * log2 e, or 1 with SPECIAL)
@@ -280,7 +282,7 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
     // Online softmax over sc (in place: sc becomes P), m and l updated;
     // alpha[hr] = the factor O must be rescaled by; then pack_p packs P.
     auto softmax = [&](float(&sc)[BN / 2], float(&alpha)[2]) {
-      softmax_rows<BN>(sc, mrow, lrow, alpha, mul);
+      softmax_rows<BN, OPS::P_LOG2>(sc, mrow, lrow, alpha, mul);
     };
     auto pack_p = [&](const float(&sc)[BN / 2], uint32_t(&pa)[PK][4]) {
       OPS::pack_p(sc, pa);
@@ -406,6 +408,7 @@ __device__ __forceinline__ void consume(const fa_gpu_params &p, uint32_t sQ,
       float l = lrow[hr];
       l += __shfl_xor_sync(~0u, l, 1);
       l += __shfl_xor_sync(~0u, l, 2);
+      l *= 1.0f / (float)(1 << OPS::P_LOG2); // exact: P's scale off l
       const int r = rbase + 8 * hr;
       if (r >= nrows) continue;
       const int i = t.row0 + r;
