@@ -18,9 +18,16 @@
 #define FA_SMALL_LANES 8
 /* Most kv heads one tile may span (the plan's max_small_lanes bounds it). */
 #define FA_MAX_KV_TILES 64
-/* How far ahead (in keys) the row-streaming path prefetches K/V rows. */
+/* How far ahead (in keys) the row-streaming path prefetches K rows (the V
+   rows are asked for in the scores pass, a pass before P.V reads them):
+   one block of decode keys (32). Measured on Zen 4 (bench/NOTES.md,
+   2026-12-07), 32/8 heads d128 from DRAM: bf16 1 thread 10.2-10.7 ->
+   7.6-8.0 ms against 4 keys, 2 threads 5.4-5.6 -> 4.6-5.1; 16 keys gave
+   half of that, 64 a little less than 32; from L3 unchanged or faster.
+   Four keys kept each core's misses in flight too few for DRAM's latency.
+   (isa_amxbf16.c sets its own.) */
 #ifndef FA_PREFETCH_KEYS
-#define FA_PREFETCH_KEYS 4
+#define FA_PREFETCH_KEYS 32
 #endif
 /* Where those prefetches land: __builtin_prefetch's locality, 2 =
    prefetcht1, the L2, rather than 3 (prefetcht0, the L1; before):
