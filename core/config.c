@@ -43,6 +43,10 @@ static fa_switch table[] = {
      "most bytes of the CPU backward's fp32 partial dQ (default 256 MiB); "
      "0: recompute dQ in a third pass instead",
      NULL, NULL},
+    {"FA_CPU_FP8_DPBF16", NULL,
+     "0: the CPU's FP8 decode rows widen q and k to fp32 where vdpbf16ps "
+     "would take q.k (to measure it, or to test the widened path)",
+     NULL, NULL},
     {"FA_CUDA_DETERMINISTIC", NULL,
      "1: CUDA backward bit-reproducible (the tensor-core backwards add dQ "
      "in a fixed order; slower)",

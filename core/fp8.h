@@ -53,6 +53,28 @@ static inline float fa_e5m2_to_f32(uint8_t c) {
   return fa_fp8_bits_f32(sign | ((e + 112u) << 23) | (m << 21));
 }
 
+/* The bf16 bits of FP8 magnitude m (a code without its sign bit, which is
+   bf16's bit 15): exact, every FP8 value having at most 3 significant bits
+   and an exponent within bf16's, subnormals included (as bf16 normals).
+   NaN codes give 0x7fc0, e5m2's infinity 0x7f80. Constant expressions, for
+   the lookup tables of backends/cpu/cpu_rows_fp8_dp.h; tested against the
+   format definitions for all 256 codes (tests/unit/test_fp8_decode.c). */
+#define FA_E4M3_BF16_BITS(m)                                                   \
+  ((m) == 127 ? 0x7fc0                                                         \
+   : (m) >= 8 ? ((((m) >> 3) + 120) << 7) | (((m)&7) << 4)                     \
+   : (m) == 0 ? 0                                                              \
+   : (m) == 1 ? 118 << 7                                                       \
+   : (m) < 4  ? (119 << 7) | (((m)&1) << 6)                                    \
+              : (120 << 7) | (((m)&3) << 5))
+#define FA_E5M2_BF16_BITS(m)                                                   \
+  ((m) == 124  ? 0x7f80                                                        \
+   : (m) > 124 ? 0x7fc0                                                        \
+   : (m) >= 4  ? ((((m) >> 2) + 112) << 7) | (((m)&3) << 5)                    \
+   : (m) == 0  ? 0                                                             \
+   : (m) == 1  ? 111 << 7                                                      \
+   : (m) == 2  ? 112 << 7                                                      \
+               : (112 << 7) | (1 << 6))
+
 static inline float fa_fp8_to_f32(uint8_t c, fa_dtype t) {
   return t == FA_E4M3 ? fa_e4m3_to_f32(c) : fa_e5m2_to_f32(c);
 }

@@ -64,17 +64,25 @@ static int x86_has(int avx512, char *why, size_t len) {
 #endif
 #endif
 
-int fa_cpu_has_avx512bf16(void) {
+/* Bit `bit` of register reg (0 EAX, 1 EBX, 2 ECX, 3 EDX) of CPUID leaf 7,
+   subleaf sub, where AVX-512 is usable; else 0. */
+static int avx512_leaf7_bit(unsigned sub, int reg, int bit) {
 #if defined(__x86_64__) || defined(__i386__)
   char why[128];
   if (!fa_cpu_isa_usable(FA_ISA_avx512, why, sizeof why)) return 0;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
-  return (a >> 5) & 1; // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
+  unsigned r[4] = {0, 0, 0, 0};
+  if (!__get_cpuid_count(7, sub, &r[0], &r[1], &r[2], &r[3])) return 0;
+  return (r[reg] >> bit) & 1;
 #else
+  (void)sub, (void)reg, (void)bit;
   return 0;
 #endif
 }
+
+// CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
+int fa_cpu_has_avx512bf16(void) { return avx512_leaf7_bit(1, 0, 5); }
+// CPUID.(EAX=7,ECX=0):ECX[1] = AVX512_VBMI
+int fa_cpu_has_avx512vbmi(void) { return avx512_leaf7_bit(0, 2, 1); }
 
 /* AMX: CPUID.(7,0):EDX bit 24 (AMX-TILE) and 22 (AMX-BF16); the OS must
    enable the tile state in XCR0 (bits 17, 18) and, on Linux, grant each

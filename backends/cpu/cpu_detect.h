@@ -25,6 +25,14 @@ const char *fa_cpu_isa_name(fa_cpu_isa isa);
 
 /* 1 if AVX-512 is usable (as above) and the CPU has AVX512-BF16. */
 int fa_cpu_has_avx512bf16(void);
+/* 1 if AVX-512 is usable and the CPU has AVX512-VBMI (vpermi2b). */
+int fa_cpu_has_avx512vbmi(void);
+/* 1 if the FP8 decode rows of cpu.avx512.f32 take q.k by vdpbf16ps
+   (cpu_rows_fp8_dp.h): AVX512-BF16 and AVX512-VBMI here, vdpbf16ps
+   measured faster than fp32 FMAs (fa_cpu_bf16_rates) and
+   FA_CPU_FP8_DPBF16 not 0. Decided at the first call, then kept. Only
+   where the avx512bf16 row is built (cpu_rules_bf16.c). */
+int fa_cpu_fp8_dp_pays(void);
 /* FLOP/s of vdpbf16ps and of fp32 FMAs on this core (AVX-512), measured at
    the first call (about 1 ms), then kept. Only where
    fa_cpu_has_avx512bf16(). */

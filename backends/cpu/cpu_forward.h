@@ -168,7 +168,10 @@ static void fwd_item(const fa_problem *p, const fa_plan_data *plan,
   if (small) it.direct = 0;
   const int dot_bf16 = bf16_pack_q(&it, small);
   if (!dot_bf16) f32_pack_q(&it);
-  if (small) { // row-major scaled q rows for the dot products
+  // Row-major q rows for the dot products: bf16 ones for vdpbf16ps
+  // (cpu_rows_fp8_dp.h), else scaled fp32 ones.
+  if (small && !(it.fp8 && fp8_rows_dp(p, t, ws, args, &it.ln, b, it.hk, it.kvt,
+                                       it.nr, &it.fr))) {
     float *qr = ws + t->qr;
     memset(qr, 0, sizeof(float) * (size_t)(bq + 3) * t->ld);
     for (int r = 0; r < it.nr; r++)

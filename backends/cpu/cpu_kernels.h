@@ -15,6 +15,7 @@
 //   cpu_backward.h the backward's three passes' work items
 // and, last, the ISA's table of them (fa_cpu_ops_<isa>) for the driver,
 // cpu_driver.c, which is compiled once at baseline flags.
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

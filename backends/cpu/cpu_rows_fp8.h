@@ -48,6 +48,10 @@ typedef struct cpu_fp8_rows {
   int nnext;
   int64_t knext[FA_PREFETCH_KEYS];
   float kx[FA_MAX_KV_TILES], vx[FA_MAX_KV_TILES];
+  // Codes by the bf16 tables (cpu_rows_fp8_dp.h): q.k by vdpbf16ps, the
+  // descales of K and V (per kv head) applied to sums.
+  int dp;
+  float kd[FA_MAX_KV_TILES], vd[FA_MAX_KV_TILES];
 } cpu_fp8_rows;
 
 /* 1 if the small path of this work item (kv heads hk .. hk + kvt) may read
@@ -58,6 +62,7 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
   fr->e5m2 = p->dtype == FA_E5M2;
   fr->wide = p->dtype == FA_BF16 || p->dtype == FA_F16 || p->dtype == FA_F32;
   fr->esz = (int)fa_dtype_size(p->dtype);
+  fr->dp = 0;
   if (!FA_FP8_ROWS || !(fa_dtype_is_fp8(p->dtype) || fr->wide) ||
       t->bk > FA_FP8_ROW_KEYS || p->a.head_dim % FA_VW ||
       p->a.head_dim_v % FA_VW)
@@ -97,6 +102,53 @@ static void fp8_rows_block(const fa_problem *p, const fa_fwd_args *args, int b,
 FA_ALWAYS_INLINE int64_t fp8_rows_ahead(const cpu_fp8_rows *fr, int e, int nc) {
   const int a = e + FA_PREFETCH_KEYS;
   return a < nc ? fr->koff[a] : a - nc < fr->nnext ? fr->knext[a - nc] : -1;
+}
+
+/* Asks for the K row FA_PREFETCH_KEYS keys on from key e (kbytes) and for
+   key e's V row (vbytes), which P.V reads next. */
+FA_ALWAYS_INLINE void fp8_rows_prefetch(const cpu_fp8_rows *fr,
+                                        const uint8_t *kb, const uint8_t *vb,
+                                        int e, int nc, int kbytes, int vbytes) {
+  const int64_t ka = fp8_rows_ahead(fr, e, nc);
+  if (ka >= 0)
+    for (int off = 0; off < kbytes; off += 64)
+      __builtin_prefetch(kb + ka + off, 0, FA_PREFETCH_LOCALITY);
+  for (int off = 0; off < vbytes; off += 64)
+    __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
+}
+
+#ifdef FA_FP8_DP
+#include "cpu_rows_fp8_dp.h"
+#endif
+
+/* Whether the item's q.k takes vdpbf16ps (cpu_rows_fp8_dp.h: FP8 inputs,
+   d a multiple of 64, factors in range, a CPU where it pays); if so, its
+   q rows in bf16 are made (nr lanes) and 1 returned, else 0: the caller
+   makes the fp32 q rows. */
+static int fp8_rows_dp(const fa_problem *p, const cpu_tiles *t, float *ws,
+                       const fa_fwd_args *args, const cpu_lanes *ln, int b,
+                       int hk, int kvt, int nr, cpu_fp8_rows *fr) {
+  fr->dp = 0;
+#ifdef FA_FP8_DP
+  if (!fa_dtype_is_fp8(p->dtype) || p->a.head_dim % 64 || p->a.head_dim_v % 64)
+    return 0;
+  for (int x = 0; x < kvt; x++) {
+    fr->kd[x] = fa_tensor_descale(&args->k, p->a.heads_kv, b, hk + x);
+    fr->vd[x] = fa_tensor_descale(&args->v, p->a.heads_kv, b, hk + x);
+    const float qf =
+        p->a.scale * fa_tensor_descale(&args->q, p->a.heads_kv, b, hk + x);
+    if (!fp8_dp_factor_ok(qf) || !fp8_dp_factor_ok(fr->kd[x]) ||
+        !fp8_dp_factor_ok(fr->vd[x]))
+      return 0;
+  }
+  if (!fa_cpu_fp8_dp_pays()) return 0;
+  fp8_dp_q_rows(p, t, ws, args, ln, b, nr);
+  fr->dp = 1;
+#else
+  (void)t, (void)ws, (void)args, (void)ln, (void)b, (void)hk, (void)kvt;
+  (void)nr;
+#endif
+  return fr->dp;
 }
 
 /* How a row's codes are decoded: e4m3 without setting NaN codes apart (a
@@ -162,14 +214,8 @@ FA_ALWAYS_INLINE void scores_fp8_kind(const int kind, const int d, const int dv,
   const int esz = kind == FA_ROWS_F32 ? 4 : kind >= FA_ROWS_BF16 ? 2 : 1;
   for (int c = 0; c < nc; c += 2) {
     const int two = c + 1 < nc;
-    for (int e = c; e < c + 1 + two; e++) {
-      const int64_t ka = fp8_rows_ahead(fr, e, nc);
-      if (ka >= 0)
-        for (int off = 0; off < d * esz; off += 64)
-          __builtin_prefetch(kb + ka + off, 0, FA_PREFETCH_LOCALITY);
-      for (int off = 0; off < dv * esz; off += 64)
-        __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
-    }
+    for (int e = c; e < c + 1 + two; e++)
+      fp8_rows_prefetch(fr, kb, vb, e, nc, d * esz, dv * esz);
     const uint8_t *k0 = kb + fr->koff[c], *k1 = kb + fr->koff[c + two];
     const int nan0 = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(k0, d);
     const int nan1 = kind == FA_FP8_E4M3_RAW && vf_e4m3_any_nan(k1, d);
@@ -218,14 +264,8 @@ static void scores_bf16_dp(const fa_problem *p, const fa_fwd_args *args,
     for (int c = 0; c < nc; c += 2) {
       const int two = c + 1 < nc;
       if (r0 == 0)
-        for (int e = c; e < c + 1 + two; e++) {
-          const int64_t ka = fp8_rows_ahead(fr, e, nc);
-          if (ka >= 0)
-            for (int off = 0; off < d * 2; off += 64)
-              __builtin_prefetch(kb + ka + off, 0, FA_PREFETCH_LOCALITY);
-          for (int off = 0; off < dv * 2; off += 64)
-            __builtin_prefetch(vb + fr->voff[e] + off, 0, FA_PREFETCH_LOCALITY);
-        }
+        for (int e = c; e < c + 1 + two; e++)
+          fp8_rows_prefetch(fr, kb, vb, e, nc, d * 2, dv * 2);
       const uint16_t *k0 = (const uint16_t *)(const void *)(kb + fr->koff[c]);
       const uint16_t *k1 =
           (const uint16_t *)(const void *)(kb + fr->koff[c + two]);
@@ -272,6 +312,12 @@ static void scores_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
   const fa_vf kx = vf_set1(fr->kx[x]);
   const int d = p->a.head_dim, dv = p->a.head_dim_v;
   float *s = ws + t->s;
+#ifdef FA_FP8_DP
+  if (fr->dp) {
+    scores_fp8_dp(p, t, ws, args, fr, x, nc, lane0, nr);
+    return;
+  }
+#endif
 #if defined(__AVX512BF16__) && FA_VW == 16
   if (FA_ROWS_DPBF16 && p->dtype == FA_BF16 && d % 32 == 0 &&
       d <= FA_MAX_DIM_DP && !args->q.descale) {
@@ -491,6 +537,13 @@ static void pv_fp8(const fa_problem *p, const cpu_tiles *t, float *ws,
     while (n < 4 && r + n < lane0 + nr && lo[r + n] == lo[r] &&
            hi[r + n] == hi[r])
       n++;
+#ifdef FA_FP8_DP
+    if (fr->dp) {
+      pv_fp8_dp(t, s, vb, fr, x, dv, r, n, lo[r], hi[r], o);
+      r += n;
+      continue;
+    }
+#endif
     int nan = 0;
     for (int c = lo[r]; !fr->e5m2 && !fr->wide && !nan && c < hi[r]; c++)
       nan = vf_e4m3_any_nan(vb + fr->voff[c], dv);

@@ -4,6 +4,7 @@
 // Baseline flags.
 #include <stdio.h>
 
+#include "config.h"
 #include "cpu_detect.h"
 #include "cpu_rules.h"
 #include "dtype.h"
@@ -49,6 +50,33 @@ int fa_cpu_bf16_score(const fa_kernel_query *q) {
         dp * 1e-9, fma * 1e-9, sc,
         sc > 0 ? "bf16 products are faster" : "widening to fp32 is faster");
   return sc;
+}
+
+/* The FP8 decode rows' q.k by vdpbf16ps (cpu_rows_fp8_dp.h): by the same
+   measured rates, so that a core whose vdpbf16ps is slow keeps widening. */
+int fa_cpu_fp8_dp_pays(void) {
+  static _Atomic int answer = -1; // (racing first calls: the same answer)
+  int a = answer;
+  if (a >= 0) return a;
+  const char *why = "FA_CPU_FP8_DPBF16=0";
+  double dp = 0.0, fma = 0.0;
+  a = 0;
+  if (fa_config_string("FA_CPU_FP8_DPBF16") &&
+      fa_config_int("FA_CPU_FP8_DPBF16") == 0)
+    ;
+  else if (!fa_cpu_has_avx512bf16() || !fa_cpu_has_avx512vbmi())
+    why = "the CPU lacks AVX512-BF16 or AVX512-VBMI";
+  else {
+    fa_cpu_bf16_rates(&dp, &fma);
+    a = dp > fma;
+    why = a ? "vdpbf16ps measured faster than fp32 FMAs"
+            : "vdpbf16ps measured slower than fp32 FMAs";
+  }
+  if (fa_log_dispatch())
+    fa_log("  cpu FP8 decode rows: q.k %s (%s)",
+           a ? "by vdpbf16ps" : "widened to fp32", why);
+  answer = a;
+  return a;
 }
 
 /* bf16 problems on CPUs with AMX-BF16: both tile products in TDPBF16PS

@@ -68,10 +68,12 @@ static int same_f(float want, float got) {
   return want == got;
 }
 
-/* V = every code, one key: O = V (P = 1 exactly), q rows sq, heads hq. */
+/* V = every code, one key: O = V (P = 1 exactly), q rows sq, heads hq,
+   head_dim d (64: the FP8 decode rows' bf16 tables on CPUs that take
+   them, cpu_rows_fp8_dp.h; 16: the widened rows). */
 static int v_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
-                   int hq, float descale) {
-  const int dv = 256, d = 16;
+                   int hq, float descale, int d) {
+  const int dv = 256;
   uint8_t *q = calloc((size_t)sq * hq * d, 1), k[16], v[256];
   float *o = malloc(sizeof(float) * (size_t)sq * hq * dv);
   float *lse = malloc(sizeof(float) * (size_t)sq * hq);
@@ -109,22 +111,22 @@ static int v_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
 /* K = the finite codes (the others 0), q rows one-hot, one key, scale 1:
    lse = q . (descale k) = the code's value times the descale. Lanes: hq
    heads of one kv head, sq rows; queries cover dims [dim0, dim0 + hq sq).
- */
+   head_dim_v dv: 64 or 16, as d in v_codes. */
 static void k_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
-                    int hq, float descale) {
+                    int hq, float descale, int dv) {
   const int d = 256;
-  uint8_t *q = calloc((size_t)sq * hq * d, 1), k[256], v[16];
-  float *o = malloc(sizeof(float) * (size_t)sq * hq * 16);
+  uint8_t *q = calloc((size_t)sq * hq * d, 1), k[256], v[64];
+  float *o = malloc(sizeof(float) * (size_t)sq * hq * dv);
   float *lse = malloc(sizeof(float) * (size_t)sq * hq);
   if (!q || !o || !lse) exit(1);
   for (unsigned c = 0; c < 256; c++)
     k[c] = isfinite(code_value(f, c)) ? (uint8_t)c : 0;
   memset(v, code_of(f, 1.0), sizeof v);
   fa_attention a = ts_problem(1, sq, 1, hq, 1, d);
-  a.head_dim_v = 16;
+  a.head_dim_v = dv;
   a.scale = 1.0f;
   fa_tensor tq = view(q, f->t, sq, hq, d), tk = view(k, f->t, 1, 1, d),
-            tv = view(v, f->t, 1, 1, 16), to = view(o, FA_F32, sq, hq, 16);
+            tv = view(v, f->t, 1, 1, dv), to = view(o, FA_F32, sq, hq, dv);
   tk.descale = &descale;
   // Codes that overflow fp32 once descaled are inf, and 0 * inf in every
   // lane's dot product makes all scores NaN.
@@ -176,11 +178,13 @@ static int codes_on(const char *be) {
     const float ds[5] = {1.0f, 1.37f, 1e36f, 3e37f, 1e-36f};
     for (int x = 0; x < 5; x++) {
       // Decode-sized tiles (8 GQA lanes) and prefill-sized ones.
-      ran |= v_codes(ctx, be, f, 1, 8, ds[x]);
+      ran |= v_codes(ctx, be, f, 1, 8, ds[x], 16);
       if (!ran) break;
-      v_codes(ctx, be, f, 64, 1, ds[x]);
-      k_codes(ctx, be, f, 1, 8, ds[x]);
-      k_codes(ctx, be, f, 64, 2, ds[x]);
+      v_codes(ctx, be, f, 1, 8, ds[x], 64);
+      v_codes(ctx, be, f, 64, 1, ds[x], 16);
+      k_codes(ctx, be, f, 1, 8, ds[x], 16);
+      k_codes(ctx, be, f, 1, 8, ds[x], 64);
+      k_codes(ctx, be, f, 64, 2, ds[x], 16);
     }
   }
   fa_context_destroy(ctx);

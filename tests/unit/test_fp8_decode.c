@@ -3,8 +3,9 @@
 // decoder (core/fp8.h), the GPU loaders' decoder (backends/gpu/fp8.h,
 // compiled here as plain C) and the encoder, against a reference built from
 // the format definitions with ldexp (no bit tricks shared with the code
-// under test). The vector decoders of each ISA are checked through every
-// backend by tests/api/test_api_fp8.c.
+// under test), and the bf16 bits of core/fp8.h's lookup tables. The vector
+// decoders of each ISA are checked through every backend by
+// tests/api/test_api_fp8.c.
 #include <math.h>
 #include <string.h>
 
@@ -65,6 +66,14 @@ static void check_decode(const fmt *f) {
           f->name, c, b);
     CHECK(same(want, fa_gpu_fp8_to_f32(code, e5)), "%s code 0x%02x: gpu f32",
           f->name, c);
+    // The CPU's lookup tables (core/fp8.h): the magnitude's bf16 bits, the
+    // sign in bit 15.
+    const unsigned mag = c & 0x7fu;
+    const uint16_t tb =
+        (uint16_t)((e5 ? FA_E5M2_BF16_BITS(mag) : FA_E4M3_BF16_BITS(mag)) |
+                   (c & 0x80u) << 8);
+    CHECK(same(want, fa_bf16_to_f32(tb)),
+          "%s code 0x%02x: FA_*_BF16_BITS 0x%04x", f->name, c, tb);
     // Decode and scale in one product (the vector decoders' route): the
     // same bits as decoding, then multiplying.
     const float xs[3] = {1.0f, 1.37f, 3.0e-30f};
