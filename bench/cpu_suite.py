@@ -63,11 +63,11 @@ def main():
                     threads=1)
     many = flops_row("fwd f32 d128, all threads", shape + ["-d", "128"], fp32)
     rows.append(("scaling 1 -> all threads", "", "", f"{many / one:.2f}x", ""))
-    for dt in ("bf16", "f16"):
+    for dt, size in (("bf16", 2), ("f16", 2), ("e4m3", 1)):
         args = ["-b", "1", "-h", "32", "--hkv", "8", "--decode", "--sk",
                 str(sk), "-d", "128", "--dtype", dt]
         r = run(bench + ["--threads", str(a.threads)] + args)
-        kv_bytes = 2 * sk * 8 * 128 * 2  # K and V, 2 bytes each
+        kv_bytes = 2 * sk * 8 * 128 * size  # K and V
         gbs = kv_bytes / (r["fwd_ms_median"] * 1e-3) * 1e-9
         rows.append((f"decode {dt}", " ".join(args), r["kernel"],
                      f"{gbs:.1f} GB/s", f"{100 * gbs / bw:.0f}% of {bw:.1f}"))
