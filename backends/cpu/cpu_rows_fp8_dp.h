@@ -58,15 +58,15 @@ FA_FP8_DP_TARGET FA_ALWAYS_INLINE fp8_dp_tables fp8_dp_load(int e5m2) {
    128-bit lanes, so w0 holds codes 0-7, 16-23, 32-39, 48-55 and w1 the
    others. q and k rows take the same order, and a dot product does not
    see it. */
-FA_FP8_DP_TARGET FA_ALWAYS_INLINE void
-fp8_dp_words(const fp8_dp_tables *t, const uint8_t *p, __m512i *w0,
-             __m512i *w1) {
+FA_FP8_DP_TARGET FA_ALWAYS_INLINE void fp8_dp_words(const fp8_dp_tables *t,
+                                                    const uint8_t *p,
+                                                    __m512i *w0, __m512i *w1) {
   const __m512i c = _mm512_loadu_si512((const void *)p);
   // vpermi2b reads index bits 0-6 (bit 6 picks the table): the sign bit
   // is ignored there and or-ed into the high byte (0xf8: a | (b & c)).
-  const __m512i hi = _mm512_ternarylogic_epi32(
-      _mm512_permutex2var_epi8(t->hi0, c, t->hi1), c,
-      _mm512_set1_epi8((char)0x80), 0xf8);
+  const __m512i hi =
+      _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, c, t->hi1), c,
+                                _mm512_set1_epi8((char)0x80), 0xf8);
   const __m512i lo = _mm512_permutex2var_epi8(t->lo0, c, t->lo1);
   *w0 = _mm512_unpacklo_epi8(lo, hi);
   *w1 = _mm512_unpackhi_epi8(lo, hi);
@@ -112,8 +112,8 @@ FA_FP8_DP_TARGET static void fp8_dp_q_rows(const fa_problem *p,
       _mm512_storeu_si512((void *)(row + i), w0);
       _mm512_storeu_si512((void *)(row + i + 32), w1);
     }
-    qf[r] = p->a.scale * fa_tensor_descale(&args->q, p->a.heads_kv, b,
-                                           h / p->group);
+    qf[r] = p->a.scale *
+            fa_tensor_descale(&args->q, p->a.heads_kv, b, h / p->group);
   }
   memset(qw + (size_t)nr * d, 0, sizeof(uint16_t) * 3 * (size_t)d);
 }
@@ -235,9 +235,9 @@ pv_fp8_dp_lanes(const int N, const cpu_tiles *t, const float *s,
       float *od = o + (size_t)(r0 + y) * ldo + i;
 #pragma GCC unroll 4
       for (int l = 0; l < 4; l++)
-        _mm512_storeu_ps(od + 16 * l,
-                         _mm512_fmadd_ps(out[l], vdv,
-                                         _mm512_loadu_ps(od + 16 * l)));
+        _mm512_storeu_ps(
+            od + 16 * l,
+            _mm512_fmadd_ps(out[l], vdv, _mm512_loadu_ps(od + 16 * l)));
     }
   }
 }

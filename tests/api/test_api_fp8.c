@@ -74,13 +74,14 @@ static int same_f(float want, float got) {
 static int v_codes(fa_context *ctx, const char *be, const fmt *f, int sq,
                    int hq, float descale, int d) {
   const int dv = 256;
-  uint8_t *q = calloc((size_t)sq * hq * d, 1), k[16], v[256];
+  uint8_t *q = calloc((size_t)sq * hq * d, 1), k[64],
+          v[256]; // k: d <= 64 codes;
   float *o = malloc(sizeof(float) * (size_t)sq * hq * dv);
   float *lse = malloc(sizeof(float) * (size_t)sq * hq);
   if (!q || !o || !lse) exit(1);
   const uint8_t one = code_of(f, 1.0);
   memset(q, one, (size_t)sq * hq * d);
-  memset(k, one, sizeof k);
+  memset(k, one, (size_t)d);
   for (unsigned c = 0; c < 256; c++) v[c] = (uint8_t)c;
   fa_attention a = ts_problem(1, sq, 1, hq, 1, d);
   a.head_dim_v = dv;
