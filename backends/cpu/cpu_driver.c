@@ -14,10 +14,12 @@
 #include <omp.h>
 #endif
 
+#include "cpu_detect.h"
 #include "cpu_finalize.h"
 #include "cpu_internal.h"
 #include "cpu_work.h"
 #include "error.h"
+#include "fa_cpu_built.h" // FA_CPU_IF_<isa>
 #include "softmax.h"
 
 /* Merge the splits of one (b, heads, q block), lane by lane, in split
@@ -78,6 +80,12 @@ fa_status fa_cpu_drive_forward(const fa_cpu_isa_ops *ops, void *state,
   kv.v = kv.k + (size_t)p->a.batch * p->a.heads_kv * kv.rows * kv.ldk2;
   cpu_partials part = {ws + t.total * nt, ws + t.total * nt + ml_floats};
   float *merge_acc = part.o + po_floats;
+  // Whether FP8 decode rows take vdpbf16ps is measured (a ~1 ms rate probe)
+  // at the first call: here, on one thread, not in the workers, where
+  // probes racing on shared cores could measure each other.
+  if (fa_dtype_is_fp8(p->dtype)) {
+    FA_CPU_IF_avx512bf16((void)fa_cpu_fp8_dp_pays());
+  }
 
 #pragma omp parallel num_threads(nt)
   {
