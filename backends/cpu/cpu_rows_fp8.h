@@ -62,7 +62,6 @@ static int fp8_rows_plan(const fa_problem *p, const cpu_tiles *t,
   fr->e5m2 = p->dtype == FA_E5M2;
   fr->wide = p->dtype == FA_BF16 || p->dtype == FA_F16 || p->dtype == FA_F32;
   fr->esz = (int)fa_dtype_size(p->dtype);
-  fr->dp = 0;
   if (!FA_FP8_ROWS || !(fa_dtype_is_fp8(p->dtype) || fr->wide) ||
       t->bk > FA_FP8_ROW_KEYS || p->a.head_dim % FA_VW ||
       p->a.head_dim_v % FA_VW)
